@@ -1,0 +1,237 @@
+//! Retry pacing with failure classes and "equal jitter".
+//!
+//! A failure is either **fast** (etcd answered at once that it cannot serve:
+//! connection refused, `Unavailable`, no leader) or **slow** (a request timed
+//! out, the server is overloaded, or anything else). Both share one attempt
+//! counter and the same exponential ceiling
+//! `min(initial * multiplier^attempt, cap)`, but a fast failure caps the
+//! ceiling at `fast_cap` (default 1 s) instead of `cap` (default 30 s).
+//!
+//! The delay is drawn with *equal jitter*: uniform in `[ceiling/2, ceiling]`.
+//! Half the ceiling is a floor, so a fleet never spins; the other half
+//! spreads a fleet that failed together over a window as wide as the delay.
+//!
+//! The bound this gives: once etcd is reachable again, a client whose last
+//! failure was fast retries within `fast_cap`, whatever the outage length;
+//! one whose last failure was slow retries within `cap`.
+
+use std::time::Duration;
+
+use crate::rng::Rng;
+
+/// How a failure should be paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum FailureClass {
+    /// etcd refused at once; retrying soon is cheap and heals quickly.
+    Fast,
+    /// A timeout or overload; back off exponentially to the cap.
+    Slow,
+}
+
+/// Backoff parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct BackoffConfig {
+    /// Ceiling of the first delay. Default 100 ms.
+    pub initial: Duration,
+    /// Growth factor of the ceiling per attempt. Default 2.
+    pub multiplier: u32,
+    /// Largest ceiling for slow failures. Default 30 s.
+    pub cap: Duration,
+    /// Largest ceiling for fast failures. Default 1 s. Clamped to `cap`.
+    pub fast_cap: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial: Duration::from_millis(100),
+            multiplier: 2,
+            cap: Duration::from_secs(30),
+            fast_cap: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a [`BackoffConfig`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackoffConfigError {
+    /// `initial` must be at least 1 ms.
+    #[error("backoff initial delay must be at least 1 ms, got {0:?}")]
+    InitialTooSmall(Duration),
+    /// `multiplier` must be at least 1.
+    #[error("backoff multiplier must be at least 1")]
+    MultiplierZero,
+    /// `cap` must be at least `initial` and at most one hour.
+    #[error("backoff cap must be between the initial delay and 1 hour, got {0:?}")]
+    CapOutOfRange(Duration),
+}
+
+impl BackoffConfig {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), BackoffConfigError> {
+        if self.initial < Duration::from_millis(1) {
+            return Err(BackoffConfigError::InitialTooSmall(self.initial));
+        }
+        if self.multiplier == 0 {
+            return Err(BackoffConfigError::MultiplierZero);
+        }
+        if self.cap < self.initial || self.cap > Duration::from_secs(3600) {
+            return Err(BackoffConfigError::CapOutOfRange(self.cap));
+        }
+        Ok(())
+    }
+}
+
+/// Attempt counter plus jitter source. Deterministic for a given seed.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    config: BackoffConfig,
+    attempt: u32,
+    rng: Rng,
+}
+
+impl Backoff {
+    /// A fresh backoff (attempt 0) drawing jitter from `seed`.
+    pub fn new(config: BackoffConfig, seed: u64) -> Self {
+        Backoff {
+            config,
+            attempt: 0,
+            rng: Rng::new(seed),
+        }
+    }
+
+    /// Failures since the last [`reset`](Self::reset).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The ceiling the next delay will be drawn under, for a failure of `class`.
+    pub fn ceiling(&self, class: FailureClass) -> Duration {
+        let cap = match class {
+            FailureClass::Slow => self.config.cap,
+            FailureClass::Fast => self.config.fast_cap.min(self.config.cap),
+        };
+        let factor = u64::from(self.config.multiplier.max(1))
+            .checked_pow(self.attempt)
+            .unwrap_or(u64::MAX);
+        let initial_ms = u64::try_from(self.config.initial.as_millis()).unwrap_or(u64::MAX);
+        let ceiling = Duration::from_millis(initial_ms.saturating_mul(factor));
+        ceiling.min(cap)
+    }
+
+    /// Records one failure and returns how long to wait before retrying:
+    /// uniform in `[ceiling/2, ceiling]` (equal jitter).
+    pub fn next_delay(&mut self, class: FailureClass) -> Duration {
+        let ceiling = u64::try_from(self.ceiling(class).as_millis()).unwrap_or(u64::MAX);
+        let half = ceiling / 2;
+        let delay = half + self.rng.below_inclusive(ceiling - half);
+        self.attempt = self.attempt.saturating_add(1);
+        Duration::from_millis(delay)
+    }
+
+    /// Forgets past failures (after a success).
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(d: Duration) -> u64 {
+        d.as_millis() as u64
+    }
+
+    #[test]
+    fn slow_sequence_is_pinned_for_a_seed() {
+        let mut b = Backoff::new(BackoffConfig::default(), 42);
+        let got: Vec<u64> = (0..12)
+            .map(|_| ms(b.next_delay(FailureClass::Slow)))
+            .collect();
+        // Ceilings: 100, 200, ... 25600, then 30000 capped.
+        let ceilings = [
+            100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000, 30000,
+        ];
+        for (d, c) in got.iter().zip(ceilings) {
+            assert!(*d >= c / 2 && *d <= c, "delay {d} outside [{}, {c}]", c / 2);
+        }
+        // Pinned: the same seed always yields exactly this sequence.
+        let mut again = Backoff::new(BackoffConfig::default(), 42);
+        let replay: Vec<u64> = (0..12)
+            .map(|_| ms(again.next_delay(FailureClass::Slow)))
+            .collect();
+        assert_eq!(got, replay);
+        assert_eq!(
+            got,
+            vec![63, 163, 233, 504, 1509, 2783, 6342, 7973, 21204, 21571, 17714, 23847]
+        );
+    }
+
+    #[test]
+    fn fast_failures_stay_under_fast_cap_however_long_the_outage() {
+        let mut b = Backoff::new(BackoffConfig::default(), 1);
+        for _ in 0..200 {
+            let d = b.next_delay(FailureClass::Fast);
+            assert!(d <= Duration::from_secs(1), "{d:?}");
+        }
+        assert_eq!(b.attempt(), 200);
+        // After many fast failures the floor is fast_cap/2: no spinning.
+        assert!(b.next_delay(FailureClass::Fast) >= Duration::from_millis(500));
+    }
+
+    #[test]
+    fn reset_starts_over_and_huge_attempts_do_not_overflow() {
+        let mut b = Backoff::new(BackoffConfig::default(), 3);
+        for _ in 0..100 {
+            let _ = b.next_delay(FailureClass::Slow);
+        }
+        assert_eq!(b.ceiling(FailureClass::Slow), Duration::from_secs(30));
+        b.reset();
+        assert_eq!(b.attempt(), 0);
+        assert_eq!(b.ceiling(FailureClass::Slow), Duration::from_millis(100));
+        assert!(b.next_delay(FailureClass::Slow) <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn different_seeds_spread_a_fleet() {
+        let delays: std::collections::BTreeSet<u64> = (0..50)
+            .map(|seed| {
+                let mut b = Backoff::new(BackoffConfig::default(), seed);
+                for _ in 0..5 {
+                    let _ = b.next_delay(FailureClass::Fast);
+                }
+                ms(b.next_delay(FailureClass::Fast))
+            })
+            .collect();
+        assert!(delays.len() > 30, "only {} distinct delays", delays.len());
+    }
+
+    #[test]
+    fn validation_rejects_bad_configs() {
+        assert_eq!(BackoffConfig::default().validate(), Ok(()));
+        let c = BackoffConfig {
+            initial: Duration::ZERO,
+            ..Default::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(BackoffConfigError::InitialTooSmall(_))
+        ));
+        let c = BackoffConfig {
+            multiplier: 0,
+            ..Default::default()
+        };
+        assert_eq!(c.validate(), Err(BackoffConfigError::MultiplierZero));
+        let c = BackoffConfig {
+            cap: Duration::from_millis(10),
+            ..Default::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(BackoffConfigError::CapOutOfRange(_))
+        ));
+    }
+}

@@ -1,0 +1,42 @@
+//! # coord-core: sans-IO state machines for coord
+//!
+//! Pure, deterministic state machines for coordinating a fleet on etcd v3.
+//! They perform no I/O, read no clock, spawn no thread and draw no unseeded
+//! randomness: a driver (the `coord` crate, or the simulator) feeds them
+//! inputs and executes the commands they return.
+//!
+//! ## Determinism contract
+//! Given the same config (including its `seed`) and the same sequence of
+//! `(now, input)` calls, a machine produces exactly the same outputs. Time
+//! is the caller's [`Instant`]; jitter comes from a PRNG seeded by config.
+//!
+//! ## Call order (the same for every machine)
+//! 1. `handle(now, input)` for each input (start, completions, stream
+//!    messages, user requests). It returns `Err(UsageError)` only for API
+//!    misuse; etcd and network failures are inputs, never errors.
+//! 2. Drain `poll()` until `None`: each `Output` is a `Command` to execute
+//!    (tagged with an [`OpId`]) or an `Event` for the user.
+//! 3. Sleep until `poll_timeout()` (or the next input), then
+//!    `handle(now, Input::Timeout)`.
+//!
+//! Completions for an `OpId` the machine no longer waits for are ignored,
+//! which makes stale replies after a heal or a timeout harmless.
+//!
+//! ## Machines
+//! - [`liveness::Liveness`]: a host's TTL-lease registration, kept alive
+//!   and healed.
+//! - [`backoff::Backoff`]: retry pacing shared by every machine.
+
+#![forbid(unsafe_code)]
+
+pub mod backoff;
+pub mod ids;
+pub mod liveness;
+pub mod outcome;
+pub mod rng;
+pub mod time;
+
+pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
+pub use ids::{FencingToken, Key, LeaseId, OpId, Revision};
+pub use outcome::{Failure, Outcome};
+pub use time::Instant;

@@ -1,0 +1,1222 @@
+//! `Liveness`: one host's registration under a TTL lease, kept alive and
+//! healed.
+//!
+//! Registration: grant a lease (TTL) -> put the host's key with that lease ->
+//! open the keep-alive stream (the open sends the first keep-alive; its
+//! reply confirms the lease) -> `Held`: a keep-alive every `refresh`.
+//!
+//! The lease is **lost** on any of: the keep-alive stream closes or errors;
+//! a reply carries TTL 0 (revoked or expired); no reply arrives before the
+//! lease's own deadline. The deadline is computed conservatively: the send
+//! time of the acknowledged keep-alive plus the TTL it returned, so the
+//! client never believes a lease alive after etcd may have dropped it.
+//!
+//! Healing: while the lost lease may still be alive (its deadline has not
+//! passed and it was not reported dead) the machine first **resumes** it:
+//! reopen the keep-alive stream, and on a live reply make sure the key is
+//! still attached with a compare-and-put that writes nothing when the key is
+//! intact, so watchers see no Down/Up flap. Otherwise it grants a new lease
+//! and registers again. Failed attempts are paced by [`Backoff`]; a
+//! partially made registration (lease granted, later step failed) has its
+//! lease revoked.
+//!
+//! Stop revokes whatever lease exists (also one still being granted), then
+//! the machine is `Stopped` and inert.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
+use crate::ids::{Key, LeaseId, OpId};
+use crate::outcome::{Failure, Outcome};
+use crate::time::Instant;
+
+/// Smallest lease TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_secs(1);
+/// Largest lease TTL accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Smallest refresh interval accepted.
+pub const MIN_REFRESH: Duration = Duration::from_millis(10);
+
+/// What to do when the very first registration attempt fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum StartPolicy {
+    /// Report [`Event::RegistrationFailed`], revoke any partial lease, stop.
+    #[default]
+    FailFast,
+    /// Keep trying with backoff, as after a loss.
+    Retry,
+}
+
+/// Configuration of one [`Liveness`] machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct LivenessConfig {
+    /// The host's key (`<prefix><host id>`).
+    pub key: Key,
+    /// The value stored at the key (the encoded metadata).
+    pub value: Vec<u8>,
+    /// Lease TTL asked for; granted TTLs may be longer (etcd's minimum).
+    /// Whole seconds are asked for, rounding up.
+    pub ttl: Duration,
+    /// Keep-alive interval. Must be below `ttl`.
+    pub refresh: Duration,
+    /// Deadline of every request; past it the outcome is unknown.
+    pub request_timeout: Duration,
+    /// Pacing of heal attempts.
+    pub backoff: BackoffConfig,
+    /// Seed of the jitter PRNG.
+    pub seed: u64,
+    /// What a failed first registration does.
+    pub start: StartPolicy,
+}
+
+impl LivenessConfig {
+    /// A config with coord's defaults: TTL 10 s, refresh TTL/3, request
+    /// timeout 5 s, default backoff, fail-fast start.
+    pub fn new(key: Key, value: Vec<u8>, seed: u64) -> Self {
+        LivenessConfig {
+            key,
+            value,
+            ttl: Duration::from_secs(10),
+            refresh: Duration::from_secs(10) / 3,
+            request_timeout: Duration::from_secs(5),
+            backoff: BackoffConfig::default(),
+            seed,
+            start: StartPolicy::FailFast,
+        }
+    }
+
+    /// Checks every parameter; the machine refuses to start otherwise.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.ttl < MIN_TTL || self.ttl > MAX_TTL {
+            return Err(ConfigError::TtlOutOfRange(self.ttl));
+        }
+        if self.refresh < MIN_REFRESH || self.refresh >= self.ttl {
+            return Err(ConfigError::RefreshOutOfRange {
+                refresh: self.refresh,
+                ttl: self.ttl,
+            });
+        }
+        if self.request_timeout < Duration::from_millis(10)
+            || self.request_timeout > Duration::from_secs(300)
+        {
+            return Err(ConfigError::RequestTimeoutOutOfRange(self.request_timeout));
+        }
+        if self.key.0.is_empty() {
+            return Err(ConfigError::EmptyKey);
+        }
+        self.backoff.validate()?;
+        Ok(())
+    }
+
+    fn ttl_secs(&self) -> i64 {
+        let secs = self.ttl.as_secs() + u64::from(self.ttl.subsec_nanos() > 0);
+        i64::try_from(secs).unwrap_or(i64::MAX)
+    }
+}
+
+/// Why a [`LivenessConfig`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// TTL must be between 1 s and one day.
+    #[error("lease TTL must be between 1 s and 1 day, got {0:?}")]
+    TtlOutOfRange(Duration),
+    /// Refresh must be at least 10 ms and below the TTL.
+    #[error("refresh must be at least 10 ms and below the TTL ({ttl:?}), got {refresh:?}")]
+    RefreshOutOfRange {
+        /// The refresh asked for.
+        refresh: Duration,
+        /// The TTL it must stay below.
+        ttl: Duration,
+    },
+    /// Request timeout must be between 10 ms and 5 minutes.
+    #[error("request timeout must be between 10 ms and 5 min, got {0:?}")]
+    RequestTimeoutOutOfRange(Duration),
+    /// The key is empty.
+    #[error("the host key is empty")]
+    EmptyKey,
+    /// The backoff parameters are invalid.
+    #[error(transparent)]
+    Backoff(#[from] BackoffConfigError),
+}
+
+/// Misuse of the machine's API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// `Start` was given twice.
+    #[error("liveness already started")]
+    AlreadyStarted,
+    /// `Start` after stop.
+    #[error("liveness is stopped")]
+    Stopped,
+    /// The config is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// A reply to a unary request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Reply {
+    /// A lease was granted with this id and TTL (seconds).
+    Granted {
+        /// The new lease.
+        lease: LeaseId,
+        /// TTL in seconds, as granted.
+        ttl_secs: i64,
+    },
+    /// A put or revoke succeeded.
+    Done,
+}
+
+/// Everything that can happen to the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Input {
+    /// Begin registering.
+    Start,
+    /// Stop: revoke and become inert. Idempotent.
+    Stop,
+    /// `poll_timeout()` has passed.
+    Timeout,
+    /// A unary request (`Grant`, `PutKey`, `Revoke`) ended.
+    Completed {
+        /// The command's op.
+        op: OpId,
+        /// How it ended.
+        outcome: Outcome<Reply>,
+    },
+    /// A keep-alive reply arrived on the stream opened by `stream`.
+    KeepAliveReply {
+        /// The `OpenKeepAlive` op that opened the stream.
+        stream: OpId,
+        /// Remaining TTL in seconds; 0 means the lease is gone.
+        ttl_secs: i64,
+    },
+    /// The keep-alive stream failed to open, broke or ended.
+    KeepAliveClosed {
+        /// The `OpenKeepAlive` op that opened (or tried to open) it.
+        stream: OpId,
+        /// Why.
+        failure: Failure,
+    },
+}
+
+/// Work for the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Grant a lease; complete with `Reply::Granted`.
+    Grant {
+        /// Completion tag.
+        op: OpId,
+        /// TTL to ask for, seconds.
+        ttl_secs: i64,
+    },
+    /// Attach `key` = `value` to `lease`, writing nothing if the key already
+    /// has exactly that value and lease (compare-and-put); complete with
+    /// `Reply::Done`.
+    PutKey {
+        /// Completion tag.
+        op: OpId,
+        /// The host key.
+        key: Key,
+        /// The encoded metadata.
+        value: Vec<u8>,
+        /// The lease to attach.
+        lease: LeaseId,
+    },
+    /// Open a keep-alive stream for `lease`, sending the first keep-alive.
+    /// Replies come as `KeepAliveReply{stream: op}`; failure to open or a
+    /// break as `KeepAliveClosed{stream: op}`. Replies must always be
+    /// drained.
+    OpenKeepAlive {
+        /// Stream tag.
+        op: OpId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Send one keep-alive on an open stream.
+    SendKeepAlive {
+        /// The stream.
+        stream: OpId,
+        /// Its lease.
+        lease: LeaseId,
+    },
+    /// Close the stream; later inputs tagged with it are ignored.
+    CloseKeepAlive {
+        /// The stream.
+        stream: OpId,
+    },
+    /// Revoke a lease (deleting its keys); complete with `Reply::Done`.
+    Revoke {
+        /// Completion tag.
+        op: OpId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// The request `op` passed its deadline: drop it; its completion, if
+    /// any, would be ignored.
+    Abandon {
+        /// The request.
+        op: OpId,
+    },
+}
+
+/// Why a held lease was declared lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LostReason {
+    /// The keep-alive stream closed or errored.
+    StreamClosed(Failure),
+    /// etcd answered with TTL 0: the lease was revoked or expired.
+    LeaseExpired,
+    /// No reply before the lease's deadline (silent partition, stall).
+    KeepAliveTimeout,
+}
+
+/// Why one registration attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptFailure {
+    /// etcd answered with a failure.
+    Etcd(Failure),
+    /// No answer before the request deadline.
+    Timeout,
+    /// The lease turned out dead (TTL 0 or not found).
+    LeaseGone,
+}
+
+impl AttemptFailure {
+    fn class(&self) -> FailureClass {
+        match self {
+            AttemptFailure::Etcd(f) => f.class(),
+            AttemptFailure::Timeout => FailureClass::Slow,
+            AttemptFailure::LeaseGone => FailureClass::Fast,
+        }
+    }
+}
+
+/// What stop did with the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    /// No lease existed (never registered, or already gone and known so).
+    NothingToRevoke,
+    /// etcd confirmed the revoke (or that the lease no longer exists): the
+    /// key is gone.
+    Revoked(LeaseId),
+    /// The revoke failed or timed out: the key stays until the lease
+    /// expires, at most one TTL later.
+    NotConfirmed(LeaseId),
+}
+
+/// Something the user should know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The first registration succeeded.
+    Registered {
+        /// The lease the key is attached to.
+        lease: LeaseId,
+        /// TTL granted.
+        ttl: Duration,
+    },
+    /// The held lease was declared lost; healing starts.
+    Lost {
+        /// The lease that was held.
+        lease: LeaseId,
+        /// Why.
+        reason: LostReason,
+    },
+    /// An attempt failed (or a heal begins); the next one is at `next_at`.
+    Healing {
+        /// Failures since the last success.
+        attempt: u32,
+        /// When the next attempt starts.
+        next_at: Instant,
+        /// What failed, if an attempt did.
+        last_failure: Option<AttemptFailure>,
+    },
+    /// Registered again after a loss.
+    Reregistered {
+        /// The lease the key is now attached to.
+        lease: LeaseId,
+        /// True if the old lease was resumed (no Down/Up for watchers).
+        resumed: bool,
+    },
+    /// The first registration failed under [`StartPolicy::FailFast`]; a
+    /// `Stopped` follows once any partial lease is revoked.
+    RegistrationFailed {
+        /// Why.
+        reason: AttemptFailure,
+    },
+    /// Terminal: the machine is inert.
+    Stopped {
+        /// What happened to the lease.
+        revoke: RevokeOutcome,
+    },
+}
+
+/// What `poll` yields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Work for the driver.
+    Command(Command),
+    /// News for the user.
+    Event(Event),
+}
+
+/// The user-visible state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LivenessState {
+    /// Not started yet, or the first registration is in flight.
+    Registering,
+    /// The key exists under this lease, kept alive.
+    Registered {
+        /// The live lease.
+        lease: LeaseId,
+    },
+    /// Not registered right now; re-registering.
+    Healing {
+        /// Failures since the last success.
+        attempt: u32,
+    },
+    /// Stop is revoking the lease.
+    Stopping,
+    /// Inert.
+    Stopped,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lease {
+    id: LeaseId,
+    ttl: Duration,
+}
+
+/// An open keep-alive stream and what its replies proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stream {
+    op: OpId,
+    /// Send times of keep-alives not yet acknowledged, oldest first.
+    unacked: VecDeque<Instant>,
+    /// Last send time.
+    last_send: Instant,
+    /// The lease is surely alive until here (and maybe not after).
+    expires_at: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Fresh registration: waiting for the grant.
+    Grant,
+    /// Waiting for the put. `stream` is set when resuming (already open and
+    /// confirmed), unset in a fresh registration.
+    Put {
+        lease: Lease,
+        stream: Option<Stream>,
+    },
+    /// Waiting for the first keep-alive reply on a new stream.
+    /// `resume_until` is set when resuming a lease that was surely alive
+    /// until then; unset in a fresh registration.
+    Open {
+        lease: Lease,
+        stream: Stream,
+        resume_until: Option<Instant>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Resumable {
+    lease: Lease,
+    alive_until: Instant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Idle,
+    Registering {
+        op: OpId,
+        deadline: Instant,
+        step: Step,
+        first: bool,
+    },
+    Held {
+        lease: Lease,
+        stream: Stream,
+        next_send: Instant,
+    },
+    Waiting {
+        next_at: Instant,
+        resume: Option<Resumable>,
+        first: bool,
+    },
+    Stopping {
+        deadline: Instant,
+        /// The lease whose fate `Stopped` reports, and its revoke op.
+        primary: Option<(OpId, LeaseId)>,
+        /// A grant in flight at stop: its lease is revoked when it arrives.
+        pending_grant: Option<OpId>,
+        /// Revokes of late grants, waited for but not reported.
+        extra: BTreeMap<OpId, LeaseId>,
+        result: RevokeOutcome,
+    },
+    Stopped,
+}
+
+/// The liveness state machine. See the module docs for the protocol.
+#[derive(Debug)]
+pub struct Liveness {
+    config: LivenessConfig,
+    state: State,
+    backoff: Backoff,
+    next_op: u64,
+    out: VecDeque<Output>,
+}
+
+impl Liveness {
+    /// A machine for `config`. Nothing happens until `Input::Start`.
+    pub fn new(config: LivenessConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let backoff = Backoff::new(config.backoff.clone(), config.seed);
+        Ok(Liveness {
+            config,
+            state: State::Idle,
+            backoff,
+            next_op: 0,
+            out: VecDeque::new(),
+        })
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &LivenessConfig {
+        &self.config
+    }
+
+    /// The lease the key is attached to, only while `Registered`.
+    pub fn lease(&self) -> Option<LeaseId> {
+        match &self.state {
+            State::Held { lease, .. } => Some(lease.id),
+            _ => None,
+        }
+    }
+
+    /// The user-visible state.
+    pub fn state(&self) -> LivenessState {
+        match &self.state {
+            State::Idle => LivenessState::Registering,
+            State::Registering { first: true, .. } => LivenessState::Registering,
+            State::Registering { first: false, .. } | State::Waiting { .. } => {
+                LivenessState::Healing {
+                    attempt: self.backoff.attempt(),
+                }
+            }
+            State::Held { lease, .. } => LivenessState::Registered { lease: lease.id },
+            State::Stopping { .. } => LivenessState::Stopping,
+            State::Stopped => LivenessState::Stopped,
+        }
+    }
+
+    /// True once `Stopped` (terminal).
+    pub fn is_stopped(&self) -> bool {
+        matches!(self.state, State::Stopped)
+    }
+
+    /// The next command or event, if any. Drain it after every `handle`.
+    #[must_use]
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.state {
+            State::Idle | State::Stopped => None,
+            State::Registering { deadline, .. } => Some(*deadline),
+            State::Held {
+                stream, next_send, ..
+            } => Some((*next_send).min(stream.expires_at)),
+            State::Waiting { next_at, .. } => Some(*next_at),
+            State::Stopping { deadline, .. } => Some(*deadline),
+        }
+    }
+
+    /// Feeds one input. Only `Start` in the wrong state is an error; etcd
+    /// failures arrive as inputs and are handled, stale completions ignored.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+        match input {
+            Input::Start => self.on_start(now),
+            Input::Stop => {
+                self.on_stop(now);
+                Ok(())
+            }
+            Input::Timeout => {
+                self.on_timeout(now);
+                Ok(())
+            }
+            Input::Completed { op, outcome } => {
+                self.on_completed(now, op, outcome);
+                Ok(())
+            }
+            Input::KeepAliveReply { stream, ttl_secs } => {
+                self.on_reply(now, stream, ttl_secs);
+                Ok(())
+            }
+            Input::KeepAliveClosed { stream, failure } => {
+                self.on_closed(now, stream, failure);
+                Ok(())
+            }
+        }
+    }
+
+    fn op(&mut self) -> OpId {
+        self.next_op += 1;
+        OpId(self.next_op)
+    }
+
+    fn cmd(&mut self, c: Command) {
+        self.out.push_back(Output::Command(c));
+    }
+
+    fn event(&mut self, e: Event) {
+        self.out.push_back(Output::Event(e));
+    }
+
+    fn on_start(&mut self, now: Instant) -> Result<(), UsageError> {
+        match self.state {
+            State::Idle => {
+                self.begin_grant(now, true);
+                Ok(())
+            }
+            State::Stopping { .. } | State::Stopped => Err(UsageError::Stopped),
+            _ => Err(UsageError::AlreadyStarted),
+        }
+    }
+
+    fn begin_grant(&mut self, now: Instant, first: bool) {
+        let op = self.op();
+        let ttl_secs = self.config.ttl_secs();
+        self.cmd(Command::Grant { op, ttl_secs });
+        self.state = State::Registering {
+            op,
+            deadline: now + self.config.request_timeout,
+            step: Step::Grant,
+            first,
+        };
+    }
+
+    fn begin_put(&mut self, now: Instant, lease: Lease, stream: Option<Stream>, first: bool) {
+        let op = self.op();
+        self.cmd(Command::PutKey {
+            op,
+            key: self.config.key.clone(),
+            value: self.config.value.clone(),
+            lease: lease.id,
+        });
+        self.state = State::Registering {
+            op,
+            deadline: now + self.config.request_timeout,
+            step: Step::Put { lease, stream },
+            first,
+        };
+    }
+
+    fn begin_open(
+        &mut self,
+        now: Instant,
+        lease: Lease,
+        resume_until: Option<Instant>,
+        first: bool,
+    ) {
+        let op = self.op();
+        self.cmd(Command::OpenKeepAlive {
+            op,
+            lease: lease.id,
+        });
+        let mut unacked = VecDeque::new();
+        unacked.push_back(now);
+        let stream = Stream {
+            op,
+            unacked,
+            last_send: now,
+            expires_at: now,
+        };
+        self.state = State::Registering {
+            op,
+            deadline: now + self.config.request_timeout,
+            step: Step::Open {
+                lease,
+                stream,
+                resume_until,
+            },
+            first,
+        };
+    }
+
+    fn hold(&mut self, lease: Lease, stream: Stream) {
+        self.backoff.reset();
+        let next_send = stream.last_send + self.config.refresh;
+        self.state = State::Held {
+            lease,
+            stream,
+            next_send,
+        };
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        match std::mem::replace(&mut self.state, State::Stopped) {
+            State::Registering {
+                op,
+                deadline,
+                step,
+                first,
+            } if now >= deadline => {
+                self.cmd(Command::Abandon { op });
+                let (revoke, resume) = self.unwind_step(now, step);
+                self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, first);
+            }
+            State::Held {
+                lease,
+                stream,
+                next_send,
+            } => {
+                if now >= stream.expires_at {
+                    self.lose(now, lease, stream, LostReason::KeepAliveTimeout);
+                } else if now >= next_send {
+                    let mut stream = stream;
+                    self.cmd(Command::SendKeepAlive {
+                        stream: stream.op,
+                        lease: lease.id,
+                    });
+                    stream.unacked.push_back(now);
+                    stream.last_send = now;
+                    self.state = State::Held {
+                        lease,
+                        stream,
+                        next_send: now + self.config.refresh,
+                    };
+                } else {
+                    self.state = State::Held {
+                        lease,
+                        stream,
+                        next_send,
+                    };
+                }
+            }
+            State::Waiting {
+                next_at,
+                resume,
+                first,
+            } if now >= next_at => match resume {
+                Some(r) if now < r.alive_until => {
+                    self.begin_open(now, r.lease, Some(r.alive_until), first)
+                }
+                _ => self.begin_grant(now, first),
+            },
+            State::Stopping {
+                deadline,
+                primary,
+                pending_grant,
+                extra,
+                result,
+            } if now >= deadline => {
+                // Whatever is still outstanding is given up: an unconfirmed
+                // revoke leaves the lease to expire by its TTL.
+                let mut result = result;
+                if let Some((op, lease)) = primary {
+                    self.cmd(Command::Abandon { op });
+                    result = RevokeOutcome::NotConfirmed(lease);
+                }
+                for op in pending_grant.into_iter().chain(extra.into_keys()) {
+                    self.cmd(Command::Abandon { op });
+                }
+                self.finish_stop(result);
+            }
+            other => self.state = other,
+        }
+    }
+
+    /// Tears down a failed step: closes its stream; returns the lease to
+    /// revoke (a fresh, partial registration) and what may still be resumed.
+    fn unwind_step(&mut self, now: Instant, step: Step) -> (Option<LeaseId>, Option<Resumable>) {
+        match step {
+            Step::Grant => (None, None),
+            Step::Put {
+                lease,
+                stream: None,
+            } => (Some(lease.id), None),
+            Step::Put {
+                lease,
+                stream: Some(s),
+            } => {
+                self.cmd(Command::CloseKeepAlive { stream: s.op });
+                let resume = (now < s.expires_at).then_some(Resumable {
+                    lease,
+                    alive_until: s.expires_at,
+                });
+                (None, resume)
+            }
+            Step::Open {
+                lease,
+                stream,
+                resume_until,
+            } => {
+                self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                match resume_until {
+                    None => (Some(lease.id), None),
+                    Some(until) => {
+                        let resume = (now < until).then_some(Resumable {
+                            lease,
+                            alive_until: until,
+                        });
+                        (None, resume)
+                    }
+                }
+            }
+        }
+    }
+
+    fn attempt_failed(
+        &mut self,
+        now: Instant,
+        reason: AttemptFailure,
+        revoke: Option<LeaseId>,
+        resume: Option<Resumable>,
+        first: bool,
+    ) {
+        if first && self.config.start == StartPolicy::FailFast {
+            self.event(Event::RegistrationFailed { reason });
+            match revoke {
+                Some(lease) => self.begin_stopping(now, Some(lease), None),
+                None => self.finish_stop(RevokeOutcome::NothingToRevoke),
+            }
+            return;
+        }
+        if let Some(lease) = revoke {
+            // Fire and forget: its completion finds no one waiting for it.
+            let op = self.op();
+            self.cmd(Command::Revoke { op, lease });
+        }
+        let delay = self.backoff.next_delay(reason.class());
+        let next_at = now + delay;
+        self.event(Event::Healing {
+            attempt: self.backoff.attempt(),
+            next_at,
+            last_failure: Some(reason),
+        });
+        self.state = State::Waiting {
+            next_at,
+            resume,
+            first,
+        };
+    }
+
+    /// The held lease is lost: report, close the stream, and schedule the
+    /// first heal attempt (a resume while the lease may still be alive).
+    fn lose(&mut self, now: Instant, lease: Lease, stream: Stream, reason: LostReason) {
+        self.cmd(Command::CloseKeepAlive { stream: stream.op });
+        let resume = match reason {
+            LostReason::LeaseExpired => None,
+            LostReason::StreamClosed(_) | LostReason::KeepAliveTimeout => (now < stream.expires_at)
+                .then_some(Resumable {
+                    lease,
+                    alive_until: stream.expires_at,
+                }),
+        };
+        let class = match &reason {
+            LostReason::StreamClosed(f) => f.class(),
+            LostReason::LeaseExpired => FailureClass::Fast,
+            LostReason::KeepAliveTimeout => FailureClass::Slow,
+        };
+        self.event(Event::Lost {
+            lease: lease.id,
+            reason,
+        });
+        let next_at = now + self.backoff.next_delay(class);
+        self.event(Event::Healing {
+            attempt: self.backoff.attempt(),
+            next_at,
+            last_failure: None,
+        });
+        self.state = State::Waiting {
+            next_at,
+            resume,
+            first: false,
+        };
+    }
+
+    fn on_completed(&mut self, now: Instant, op: OpId, outcome: Outcome<Reply>) {
+        match std::mem::replace(&mut self.state, State::Stopped) {
+            State::Registering {
+                op: want,
+                deadline,
+                step,
+                first,
+            } if want == op => self.on_step_done(now, step, first, outcome, deadline, op),
+            State::Stopping {
+                deadline,
+                primary,
+                pending_grant,
+                extra,
+                result,
+            } => self.on_stopping_done(
+                now,
+                op,
+                outcome,
+                deadline,
+                primary,
+                pending_grant,
+                extra,
+                result,
+            ),
+            other => self.state = other,
+        }
+    }
+
+    fn on_step_done(
+        &mut self,
+        now: Instant,
+        step: Step,
+        first: bool,
+        outcome: Outcome<Reply>,
+        deadline: Instant,
+        op: OpId,
+    ) {
+        match (step, outcome) {
+            (Step::Grant, Outcome::Ok(Reply::Granted { lease, ttl_secs })) if ttl_secs > 0 => {
+                let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+                self.begin_put(now, Lease { id: lease, ttl }, None, first);
+            }
+            (
+                Step::Put {
+                    lease,
+                    stream: None,
+                },
+                Outcome::Ok(Reply::Done),
+            ) => {
+                self.begin_open(now, lease, None, first);
+            }
+            (
+                Step::Put {
+                    lease,
+                    stream: Some(stream),
+                },
+                Outcome::Ok(Reply::Done),
+            ) => {
+                self.hold(lease, stream);
+                self.event(Event::Reregistered {
+                    lease: lease.id,
+                    resumed: true,
+                });
+            }
+            (step @ (Step::Grant | Step::Put { .. }), Outcome::Ok(_)) => {
+                // A reply of the wrong shape: a driver bug or a bad grant
+                // (TTL <= 0). Treat as a failed attempt.
+                let (revoke, resume) = self.unwind_step(now, step);
+                let why = AttemptFailure::Etcd(Failure::Other("unexpected reply".into()));
+                self.attempt_failed(now, why, revoke, resume, first);
+            }
+            (step, Outcome::Err(failure)) => {
+                let lease_gone = failure == Failure::LeaseNotFound;
+                let (revoke, resume) = self.unwind_step(now, step);
+                let resume = if lease_gone { None } else { resume };
+                let why = if lease_gone {
+                    AttemptFailure::LeaseGone
+                } else {
+                    AttemptFailure::Etcd(failure)
+                };
+                self.attempt_failed(now, why, revoke, resume, first);
+            }
+            (step, Outcome::Unknown) => {
+                let (revoke, resume) = self.unwind_step(now, step);
+                self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, first);
+            }
+            // Open steps complete through keep-alive inputs, not here.
+            (step @ Step::Open { .. }, Outcome::Ok(_)) => {
+                self.state = State::Registering {
+                    op,
+                    deadline,
+                    step,
+                    first,
+                };
+            }
+        }
+    }
+
+    fn on_reply(&mut self, now: Instant, stream_op: OpId, ttl_secs: i64) {
+        match std::mem::replace(&mut self.state, State::Stopped) {
+            State::Registering {
+                op,
+                deadline,
+                step:
+                    Step::Open {
+                        lease,
+                        mut stream,
+                        resume_until,
+                    },
+                first,
+            } if stream.op == stream_op => {
+                if ttl_secs <= 0 {
+                    self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    match resume_until {
+                        // The lease died while we were away: register anew
+                        // at once, this is a definite answer.
+                        Some(_) => self.begin_grant(now, first),
+                        None => self.attempt_failed(
+                            now,
+                            AttemptFailure::LeaseGone,
+                            Some(lease.id),
+                            None,
+                            first,
+                        ),
+                    }
+                    return;
+                }
+                stream.ack(now, ttl_secs);
+                match resume_until {
+                    Some(_) => self.begin_put(now, lease, Some(stream), first),
+                    None => {
+                        self.hold(lease, stream);
+                        self.event(if first {
+                            Event::Registered {
+                                lease: lease.id,
+                                ttl: lease.ttl,
+                            }
+                        } else {
+                            Event::Reregistered {
+                                lease: lease.id,
+                                resumed: false,
+                            }
+                        });
+                    }
+                }
+                let _ = (op, deadline);
+            }
+            State::Registering {
+                op,
+                deadline,
+                step:
+                    Step::Put {
+                        lease,
+                        stream: Some(mut stream),
+                    },
+                first,
+            } if stream.op == stream_op => {
+                // A late reply while the resume's put is in flight.
+                if ttl_secs > 0 {
+                    stream.ack(now, ttl_secs);
+                }
+                self.state = State::Registering {
+                    op,
+                    deadline,
+                    step: Step::Put {
+                        lease,
+                        stream: Some(stream),
+                    },
+                    first,
+                };
+            }
+            State::Held {
+                lease,
+                mut stream,
+                next_send,
+            } if stream.op == stream_op => {
+                if ttl_secs <= 0 {
+                    self.lose(now, lease, stream, LostReason::LeaseExpired);
+                } else {
+                    stream.ack(now, ttl_secs);
+                    self.state = State::Held {
+                        lease,
+                        stream,
+                        next_send,
+                    };
+                }
+            }
+            other => self.state = other,
+        }
+    }
+
+    fn on_closed(&mut self, now: Instant, stream_op: OpId, failure: Failure) {
+        match std::mem::replace(&mut self.state, State::Stopped) {
+            State::Registering {
+                op,
+                step:
+                    Step::Open {
+                        lease,
+                        stream,
+                        resume_until,
+                    },
+                first,
+                ..
+            } if stream.op == stream_op => {
+                // The driver closes its side; no CloseKeepAlive needed, but
+                // it is harmless and keeps the teardown in one place.
+                let _ = op;
+                let step = Step::Open {
+                    lease,
+                    stream,
+                    resume_until,
+                };
+                let lease_gone = failure == Failure::LeaseNotFound;
+                let (revoke, resume) = self.unwind_step(now, step);
+                if lease_gone && resume_until.is_some() {
+                    self.begin_grant(now, first);
+                } else {
+                    let why = if lease_gone {
+                        AttemptFailure::LeaseGone
+                    } else {
+                        AttemptFailure::Etcd(failure)
+                    };
+                    self.attempt_failed(now, why, revoke, resume, first);
+                }
+            }
+            State::Registering {
+                op,
+                deadline,
+                step:
+                    Step::Put {
+                        lease,
+                        stream: Some(stream),
+                    },
+                first,
+            } if stream.op == stream_op => {
+                // Holding on would leave a dead stream: fail this attempt.
+                let _ = deadline;
+                self.cmd(Command::Abandon { op });
+                let step = Step::Put {
+                    lease,
+                    stream: Some(stream),
+                };
+                let (revoke, resume) = self.unwind_step(now, step);
+                let resume = if failure == Failure::LeaseNotFound {
+                    None
+                } else {
+                    resume
+                };
+                self.attempt_failed(now, AttemptFailure::Etcd(failure), revoke, resume, first);
+            }
+            State::Held { lease, stream, .. } if stream.op == stream_op => {
+                let reason = if failure == Failure::LeaseNotFound {
+                    LostReason::LeaseExpired
+                } else {
+                    LostReason::StreamClosed(failure)
+                };
+                self.lose(now, lease, stream, reason);
+            }
+            other => self.state = other,
+        }
+    }
+
+    fn on_stop(&mut self, now: Instant) {
+        match std::mem::replace(&mut self.state, State::Stopped) {
+            State::Idle => self.finish_stop(RevokeOutcome::NothingToRevoke),
+            State::Registering { op, step, .. } => match step {
+                Step::Grant => self.begin_stopping(now, None, Some(op)),
+                Step::Put { lease, stream } => {
+                    self.cmd(Command::Abandon { op });
+                    if let Some(s) = stream {
+                        self.cmd(Command::CloseKeepAlive { stream: s.op });
+                    }
+                    self.begin_stopping(now, Some(lease.id), None);
+                }
+                Step::Open { lease, stream, .. } => {
+                    self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    self.begin_stopping(now, Some(lease.id), None);
+                }
+            },
+            State::Held { lease, stream, .. } => {
+                self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                self.begin_stopping(now, Some(lease.id), None);
+            }
+            State::Waiting { resume, .. } => match resume {
+                Some(r) => self.begin_stopping(now, Some(r.lease.id), None),
+                None => self.finish_stop(RevokeOutcome::NothingToRevoke),
+            },
+            // Idempotent: a second stop changes nothing.
+            other @ (State::Stopping { .. } | State::Stopped) => self.state = other,
+        }
+    }
+
+    fn begin_stopping(
+        &mut self,
+        now: Instant,
+        lease: Option<LeaseId>,
+        pending_grant: Option<OpId>,
+    ) {
+        let primary = lease.map(|lease| {
+            let op = self.op();
+            self.cmd(Command::Revoke { op, lease });
+            (op, lease)
+        });
+        self.state = State::Stopping {
+            deadline: now + self.config.request_timeout,
+            primary,
+            pending_grant,
+            extra: BTreeMap::new(),
+            result: RevokeOutcome::NothingToRevoke,
+        };
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_stopping_done(
+        &mut self,
+        _now: Instant,
+        op: OpId,
+        outcome: Outcome<Reply>,
+        deadline: Instant,
+        mut primary: Option<(OpId, LeaseId)>,
+        mut pending_grant: Option<OpId>,
+        mut extra: BTreeMap<OpId, LeaseId>,
+        mut result: RevokeOutcome,
+    ) {
+        if let Some((want, lease)) = primary {
+            if want == op {
+                primary = None;
+                result = match outcome {
+                    Outcome::Ok(_) | Outcome::Err(Failure::LeaseNotFound) => {
+                        RevokeOutcome::Revoked(lease)
+                    }
+                    Outcome::Err(_) | Outcome::Unknown => RevokeOutcome::NotConfirmed(lease),
+                };
+            }
+        } else if pending_grant == Some(op) {
+            pending_grant = None;
+            if let Outcome::Ok(Reply::Granted { lease, .. }) = outcome {
+                let rop = self.op();
+                self.cmd(Command::Revoke { op: rop, lease });
+                extra.insert(rop, lease);
+            }
+        } else {
+            extra.remove(&op);
+        }
+        if primary.is_none() && pending_grant.is_none() && extra.is_empty() {
+            self.finish_stop(result);
+        } else {
+            self.state = State::Stopping {
+                deadline,
+                primary,
+                pending_grant,
+                extra,
+                result,
+            };
+        }
+    }
+
+    fn finish_stop(&mut self, revoke: RevokeOutcome) {
+        self.state = State::Stopped;
+        self.event(Event::Stopped { revoke });
+    }
+}
+
+impl Stream {
+    /// Records a live reply: the oldest unacknowledged send plus the TTL is
+    /// a time the lease surely lives to. An unsolicited reply (nothing
+    /// unacknowledged) proves nothing about timing and is not counted.
+    fn ack(&mut self, _now: Instant, ttl_secs: i64) {
+        if let Some(sent) = self.unacked.pop_front() {
+            let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+            self.expires_at = self.expires_at.max(sent + ttl);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "liveness_tests.rs"]
+mod tests;

@@ -1,0 +1,650 @@
+use super::*;
+
+const LEASE: LeaseId = LeaseId(0x70);
+const LEASE2: LeaseId = LeaseId(0x71);
+
+fn t(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+fn config(start: StartPolicy) -> LivenessConfig {
+    let mut c = LivenessConfig::new(Key(b"/coord/hosts/h1".to_vec()), b"{}".to_vec(), 9);
+    c.ttl = Duration::from_secs(9);
+    c.refresh = Duration::from_secs(3);
+    c.request_timeout = Duration::from_secs(2);
+    c.start = start;
+    c
+}
+
+fn drain(m: &mut Liveness) -> Vec<Output> {
+    std::iter::from_fn(|| m.poll()).collect()
+}
+
+fn cmd(c: Command) -> Output {
+    Output::Command(c)
+}
+
+fn ev(e: Event) -> Output {
+    Output::Event(e)
+}
+
+fn ok(m: &mut Liveness, now: u64, op: u64, reply: Reply) {
+    m.handle(
+        t(now),
+        Input::Completed {
+            op: OpId(op),
+            outcome: Outcome::Ok(reply),
+        },
+    )
+    .unwrap();
+}
+
+fn granted(lease: LeaseId) -> Reply {
+    Reply::Granted { lease, ttl_secs: 9 }
+}
+
+fn put(op: u64, lease: LeaseId) -> Output {
+    cmd(Command::PutKey {
+        op: OpId(op),
+        key: Key(b"/coord/hosts/h1".to_vec()),
+        value: b"{}".to_vec(),
+        lease,
+    })
+}
+
+/// Start and complete a registration at t=0..3 ms: ops 1 (grant), 2 (put),
+/// 3 (keep-alive stream).
+fn registered(start: StartPolicy) -> Liveness {
+    let mut m = Liveness::new(config(start)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Grant {
+            op: OpId(1),
+            ttl_secs: 9
+        })]
+    );
+    assert_eq!(m.state(), LivenessState::Registering);
+    ok(&mut m, 1, 1, granted(LEASE));
+    assert_eq!(drain(&mut m), vec![put(2, LEASE)]);
+    ok(&mut m, 2, 2, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::OpenKeepAlive {
+            op: OpId(3),
+            lease: LEASE
+        })]
+    );
+    assert_eq!(m.lease(), None, "not registered before the first reply");
+    reply(&mut m, 3, 3, 9);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Registered {
+            lease: LEASE,
+            ttl: Duration::from_secs(9)
+        })]
+    );
+    assert_eq!(m.lease(), Some(LEASE));
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+    m
+}
+
+fn reply(m: &mut Liveness, now: u64, stream: u64, ttl: i64) {
+    m.handle(
+        t(now),
+        Input::KeepAliveReply {
+            stream: OpId(stream),
+            ttl_secs: ttl,
+        },
+    )
+    .unwrap();
+}
+
+fn closed(m: &mut Liveness, now: u64, stream: u64, failure: Failure) {
+    m.handle(
+        t(now),
+        Input::KeepAliveClosed {
+            stream: OpId(stream),
+            failure,
+        },
+    )
+    .unwrap();
+}
+
+/// Fires the pending timeout, returning the instant used.
+fn fire(m: &mut Liveness) -> u64 {
+    let at = m.poll_timeout().expect("a deadline").as_millis();
+    m.handle(t(at), Input::Timeout).unwrap();
+    at
+}
+
+#[test]
+fn keep_alive_every_refresh_and_deadline_from_send_time() {
+    let mut m = registered(StartPolicy::FailFast);
+    // Stream opened at t=2: next send at 2 + 3000.
+    assert_eq!(m.poll_timeout(), Some(t(3002)));
+    m.handle(t(3002), Input::Timeout).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::SendKeepAlive {
+            stream: OpId(3),
+            lease: LEASE
+        })]
+    );
+    assert_eq!(m.poll_timeout(), Some(t(6002)));
+    // The reply arrives late (t=4000) but the deadline counts from the
+    // send (3002): 3002 + 9000.
+    reply(&mut m, 4000, 3, 9);
+    assert!(drain(&mut m).is_empty());
+    // An early timeout does nothing.
+    m.handle(t(5000), Input::Timeout).unwrap();
+    assert!(drain(&mut m).is_empty());
+    // No more replies: sends continue until the deadline 12002, then lost.
+    assert_eq!(fire(&mut m), 6002);
+    assert_eq!(fire(&mut m), 9002);
+    let _ = drain(&mut m);
+    assert_eq!(m.poll_timeout(), Some(t(12002)));
+    assert_eq!(fire(&mut m), 12002);
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::CloseKeepAlive { stream: OpId(3) }));
+    assert_eq!(
+        out[1],
+        ev(Event::Lost {
+            lease: LEASE,
+            reason: LostReason::KeepAliveTimeout
+        })
+    );
+    assert!(matches!(
+        out[2],
+        Output::Event(Event::Healing {
+            attempt: 1,
+            last_failure: None,
+            ..
+        })
+    ));
+    assert_eq!(out.len(), 3);
+    assert_eq!(m.lease(), None);
+    assert_eq!(m.state(), LivenessState::Healing { attempt: 1 });
+    // The deadline has passed, so the lease cannot be resumed: grant anew.
+    fire(&mut m);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Grant {
+            op: OpId(4),
+            ttl_secs: 9
+        })]
+    );
+}
+
+#[test]
+fn ttl_zero_reply_is_a_lost_lease_and_heals_under_a_new_lease() {
+    let mut m = registered(StartPolicy::FailFast);
+    reply(&mut m, 100, 3, 0);
+    let out = drain(&mut m);
+    assert_eq!(
+        &out[..2],
+        &[
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            ev(Event::Lost {
+                lease: LEASE,
+                reason: LostReason::LeaseExpired
+            })
+        ]
+    );
+    let Output::Event(Event::Healing { next_at, .. }) = out[2] else {
+        panic!("{out:?}")
+    };
+    // First retry within the initial ceiling (100 ms) and at least half.
+    assert!(next_at >= t(150) && next_at <= t(200), "{next_at}");
+    let at = fire(&mut m);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Grant {
+            op: OpId(4),
+            ttl_secs: 9
+        })]
+    );
+    ok(&mut m, at + 1, 4, granted(LEASE2));
+    assert_eq!(drain(&mut m), vec![put(5, LEASE2)]);
+    ok(&mut m, at + 2, 5, Reply::Done);
+    let _ = drain(&mut m);
+    reply(&mut m, at + 3, 6, 9);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Reregistered {
+            lease: LEASE2,
+            resumed: false
+        })]
+    );
+    assert_eq!(m.lease(), Some(LEASE2));
+    // Stale inputs from the old stream and ops are ignored.
+    reply(&mut m, at + 4, 3, 0);
+    closed(&mut m, at + 4, 3, Failure::StreamClosed("old".into()));
+    ok(&mut m, at + 4, 1, granted(LEASE));
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(m.lease(), Some(LEASE2));
+}
+
+#[test]
+fn broken_stream_resumes_the_same_lease_without_rewriting_it() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::StreamClosed("h2 error".into()));
+    let out = drain(&mut m);
+    assert_eq!(
+        out[1],
+        ev(Event::Lost {
+            lease: LEASE,
+            reason: LostReason::StreamClosed(Failure::StreamClosed("h2 error".into()))
+        })
+    );
+    let at = fire(&mut m);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::OpenKeepAlive {
+            op: OpId(4),
+            lease: LEASE
+        })]
+    );
+    assert_eq!(m.state(), LivenessState::Healing { attempt: 1 });
+    reply(&mut m, at + 1, 4, 8);
+    // Compare-and-put: writes nothing if the key is intact.
+    assert_eq!(drain(&mut m), vec![put(5, LEASE)]);
+    ok(&mut m, at + 2, 5, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Reregistered {
+            lease: LEASE,
+            resumed: true
+        })]
+    );
+    assert_eq!(m.lease(), Some(LEASE));
+    // Keep-alives go on the new stream.
+    assert_eq!(m.poll_timeout(), Some(t(at + 3000)));
+    fire(&mut m);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::SendKeepAlive {
+            stream: OpId(4),
+            lease: LEASE
+        })]
+    );
+}
+
+#[test]
+fn resume_of_a_dead_lease_grants_at_once() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::Unavailable("refused".into()));
+    let _ = drain(&mut m);
+    let at = fire(&mut m);
+    let _ = drain(&mut m);
+    closed(&mut m, at + 5, 4, Failure::LeaseNotFound);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(4) }),
+            cmd(Command::Grant {
+                op: OpId(5),
+                ttl_secs: 9
+            })
+        ]
+    );
+    // Same for a TTL-0 reply on the reopened stream.
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::Unavailable("refused".into()));
+    let _ = drain(&mut m);
+    let at = fire(&mut m);
+    let _ = drain(&mut m);
+    reply(&mut m, at + 5, 4, 0);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(4) }),
+            cmd(Command::Grant {
+                op: OpId(5),
+                ttl_secs: 9
+            })
+        ]
+    );
+}
+
+#[test]
+fn partial_registration_revokes_its_lease_fail_fast() {
+    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    ok(&mut m, 1, 1, granted(LEASE));
+    let _ = drain(&mut m);
+    m.handle(
+        t(2),
+        Input::Completed {
+            op: OpId(2),
+            outcome: Outcome::Err(Failure::Other("too large".into())),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ev(Event::RegistrationFailed {
+                reason: AttemptFailure::Etcd(Failure::Other("too large".into()))
+            }),
+            cmd(Command::Revoke {
+                op: OpId(3),
+                lease: LEASE
+            })
+        ]
+    );
+    assert_eq!(m.state(), LivenessState::Stopping);
+    ok(&mut m, 3, 3, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::Revoked(LEASE)
+        })]
+    );
+    assert!(m.is_stopped());
+    assert_eq!(m.poll_timeout(), None);
+    assert_eq!(m.handle(t(4), Input::Start), Err(UsageError::Stopped));
+}
+
+#[test]
+fn first_grant_failure_fails_fast_with_nothing_to_revoke() {
+    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    m.handle(
+        t(1),
+        Input::Completed {
+            op: OpId(1),
+            outcome: Outcome::Err(Failure::Unavailable("tcp connect error".into())),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ev(Event::RegistrationFailed {
+                reason: AttemptFailure::Etcd(Failure::Unavailable("tcp connect error".into()))
+            }),
+            ev(Event::Stopped {
+                revoke: RevokeOutcome::NothingToRevoke
+            })
+        ]
+    );
+}
+
+#[test]
+fn retry_policy_revokes_partial_lease_and_backs_off() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    ok(&mut m, 1, 1, granted(LEASE));
+    let _ = drain(&mut m);
+    m.handle(
+        t(2),
+        Input::Completed {
+            op: OpId(2),
+            outcome: Outcome::Unknown,
+        },
+    )
+    .unwrap();
+    let out = drain(&mut m);
+    assert_eq!(
+        out[0],
+        cmd(Command::Revoke {
+            op: OpId(3),
+            lease: LEASE
+        })
+    );
+    assert!(matches!(
+        out[1],
+        Output::Event(Event::Healing {
+            attempt: 1,
+            last_failure: Some(AttemptFailure::Timeout),
+            ..
+        })
+    ));
+    // The fire-and-forget revoke's completion is ignored.
+    ok(&mut m, 3, 3, Reply::Done);
+    assert!(drain(&mut m).is_empty());
+    // Still the first registration: success reports Registered.
+    fire(&mut m);
+    let _ = drain(&mut m);
+    ok(&mut m, 300, 4, granted(LEASE2));
+    let _ = drain(&mut m);
+    ok(&mut m, 301, 5, Reply::Done);
+    let _ = drain(&mut m);
+    reply(&mut m, 302, 6, 9);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Registered {
+            lease: LEASE2,
+            ttl: Duration::from_secs(9)
+        })]
+    );
+}
+
+#[test]
+fn request_deadline_abandons_and_counts_as_unknown() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    assert_eq!(m.poll_timeout(), Some(t(2000)));
+    m.handle(t(2000), Input::Timeout).unwrap();
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(1) }));
+    assert!(matches!(
+        out[1],
+        Output::Event(Event::Healing {
+            last_failure: Some(AttemptFailure::Timeout),
+            ..
+        })
+    ));
+    // The late grant is stale: ignored (it expires on its own at its TTL).
+    ok(&mut m, 2001, 1, granted(LEASE));
+    assert!(drain(&mut m).is_empty());
+}
+
+#[test]
+fn fast_failures_keep_retries_within_the_fast_cap() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let mut now = 0;
+    for op in 1..=40 {
+        let _ = drain(&mut m);
+        m.handle(
+            t(now),
+            Input::Completed {
+                op: OpId(op),
+                outcome: Outcome::Err(Failure::Unavailable("refused".into())),
+            },
+        )
+        .unwrap();
+        let next = m.poll_timeout().unwrap().as_millis();
+        assert!(next - now <= 1000, "retry after {} ms", next - now);
+        now = next;
+        m.handle(t(now), Input::Timeout).unwrap();
+    }
+}
+
+#[test]
+fn stop_while_held_revokes_and_is_idempotent() {
+    let mut m = registered(StartPolicy::FailFast);
+    m.handle(t(10), Input::Stop).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            cmd(Command::Revoke {
+                op: OpId(4),
+                lease: LEASE
+            })
+        ]
+    );
+    assert_eq!(m.state(), LivenessState::Stopping);
+    m.handle(t(11), Input::Stop).unwrap();
+    assert!(drain(&mut m).is_empty());
+    ok(&mut m, 12, 4, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::Revoked(LEASE)
+        })]
+    );
+    m.handle(t(13), Input::Stop).unwrap();
+    reply(&mut m, 13, 3, 9);
+    assert!(drain(&mut m).is_empty());
+    assert!(m.is_stopped());
+}
+
+#[test]
+fn stop_with_unreachable_etcd_reports_not_confirmed_at_the_deadline() {
+    let mut m = registered(StartPolicy::FailFast);
+    m.handle(t(10), Input::Stop).unwrap();
+    let _ = drain(&mut m);
+    assert_eq!(m.poll_timeout(), Some(t(2010)));
+    m.handle(t(2010), Input::Timeout).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            cmd(Command::Abandon { op: OpId(4) }),
+            ev(Event::Stopped {
+                revoke: RevokeOutcome::NotConfirmed(LEASE)
+            })
+        ]
+    );
+}
+
+#[test]
+fn stop_during_grant_revokes_the_late_lease() {
+    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    m.handle(t(1), Input::Stop).unwrap();
+    assert!(drain(&mut m).is_empty());
+    ok(&mut m, 2, 1, granted(LEASE));
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Revoke {
+            op: OpId(2),
+            lease: LEASE
+        })]
+    );
+    ok(&mut m, 3, 2, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::NothingToRevoke
+        })]
+    );
+}
+
+#[test]
+fn stop_while_healing_revokes_the_resumable_lease() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::StreamClosed("gone".into()));
+    let _ = drain(&mut m);
+    m.handle(t(501), Input::Stop).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Revoke {
+            op: OpId(4),
+            lease: LEASE
+        })]
+    );
+    m.handle(
+        t(502),
+        Input::Completed {
+            op: OpId(4),
+            outcome: Outcome::Err(Failure::LeaseNotFound),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::Revoked(LEASE)
+        })]
+    );
+}
+
+#[test]
+fn stream_closing_during_resume_put_fails_the_attempt() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::StreamClosed("gone".into()));
+    let _ = drain(&mut m);
+    let at = fire(&mut m);
+    let _ = drain(&mut m);
+    reply(&mut m, at + 1, 4, 9);
+    assert_eq!(drain(&mut m), vec![put(5, LEASE)]);
+    closed(&mut m, at + 2, 4, Failure::StreamClosed("again".into()));
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(5) }));
+    assert_eq!(out[1], cmd(Command::CloseKeepAlive { stream: OpId(4) }));
+    assert!(matches!(out[2], Output::Event(Event::Healing { .. })));
+    // Still resumable: the next attempt reopens the same lease.
+    fire(&mut m);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::OpenKeepAlive {
+            op: OpId(6),
+            lease: LEASE
+        })]
+    );
+}
+
+#[test]
+fn misuse_and_bad_configs_are_typed_errors() {
+    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    assert_eq!(
+        m.handle(t(0), Input::Start),
+        Err(UsageError::AlreadyStarted)
+    );
+    let mut c = config(StartPolicy::FailFast);
+    c.ttl = Duration::from_millis(500);
+    assert!(matches!(
+        Liveness::new(c).err(),
+        Some(ConfigError::TtlOutOfRange(_))
+    ));
+    let mut c = config(StartPolicy::FailFast);
+    c.ttl = Duration::from_secs(86_401);
+    assert!(matches!(
+        Liveness::new(c).err(),
+        Some(ConfigError::TtlOutOfRange(_))
+    ));
+    let mut c = config(StartPolicy::FailFast);
+    c.refresh = c.ttl;
+    assert!(matches!(
+        Liveness::new(c).err(),
+        Some(ConfigError::RefreshOutOfRange { .. })
+    ));
+    let mut c = config(StartPolicy::FailFast);
+    c.key = Key(Vec::new());
+    assert_eq!(Liveness::new(c).err(), Some(ConfigError::EmptyKey));
+    // Stop before start: nothing to revoke, stopped at once.
+    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
+    m.handle(t(0), Input::Stop).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::NothingToRevoke
+        })]
+    );
+}
+
+#[test]
+fn ttl_is_asked_in_whole_seconds_rounding_up() {
+    let mut c = config(StartPolicy::FailFast);
+    c.ttl = Duration::from_millis(2500);
+    c.refresh = Duration::from_millis(800);
+    let mut m = Liveness::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Grant {
+            op: OpId(1),
+            ttl_secs: 3
+        })]
+    );
+}
