@@ -5,18 +5,26 @@
 //! open the keep-alive stream (the open sends the first keep-alive; its
 //! reply confirms the lease) -> `Held`: a keep-alive every `refresh`.
 //!
-//! The lease is **lost** on any of: the keep-alive stream closes or errors;
-//! a reply carries TTL 0 (revoked or expired); no reply arrives before the
-//! lease's own deadline. The deadline is computed conservatively: the send
-//! time of the acknowledged keep-alive plus the TTL it returned, so the
-//! client never believes a lease alive after etcd may have dropped it.
+//! The machine keeps its own **lease deadline**, computed conservatively:
+//! the send time of the latest acknowledged keep-alive plus the TTL that
+//! reply returned, so it never believes a lease alive after etcd may have
+//! dropped it.
 //!
-//! Healing: while the lost lease may still be alive (its deadline has not
-//! passed and it was not reported dead) the machine first **resumes** it:
+//! A keep-alive stream that closes or errors while the deadline has not
+//! passed is reopened at once (then with fast backoff), and the host stays
+//! `Registered`: the lease provably lives, so a broken TCP stream or one
+//! etcd member going down is not a lost registration
+//! ([`Event::KeepAliveInterrupted`] reports it). The lease is **lost** when
+//! a reply carries TTL 0 or etcd says "lease not found" (revoked or
+//! expired), or when the deadline passes with no live reply (a silent
+//! partition, a stall, a stream that cannot be reopened).
+//!
+//! Healing after a loss: unless etcd said the lease is dead, the machine
+//! first **resumes** it (the lease may outlive the conservative deadline):
 //! reopen the keep-alive stream, and on a live reply make sure the key is
 //! still attached with a compare-and-put that writes nothing when the key is
-//! intact, so watchers see no Down/Up flap. Otherwise it grants a new lease
-//! and registers again. Failed attempts are paced by [`Backoff`]; a
+//! intact, so watchers see no Down/Up flap. If etcd answers that the lease
+//! is gone, it grants a new lease at once and registers again. Failed attempts are paced by [`Backoff`]; a
 //! partially made registration (lease granted, later step failed) has its
 //! lease revoked.
 //!
@@ -267,9 +275,11 @@ pub enum Command {
 /// Why a held lease was declared lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LostReason {
-    /// The keep-alive stream closed or errored.
+    /// The keep-alive stream broke and could not be reopened before the
+    /// lease's deadline.
     StreamClosed(Failure),
-    /// etcd answered with TTL 0: the lease was revoked or expired.
+    /// etcd answered with TTL 0 or "lease not found": the lease was revoked
+    /// or expired.
     LeaseExpired,
     /// No reply before the lease's deadline (silent partition, stall).
     KeepAliveTimeout,
@@ -318,6 +328,14 @@ pub enum Event {
         lease: LeaseId,
         /// TTL granted.
         ttl: Duration,
+    },
+    /// The keep-alive stream broke while the lease is provably alive; it is
+    /// being reopened and the host stays registered.
+    KeepAliveInterrupted {
+        /// The held lease.
+        lease: LeaseId,
+        /// What broke the stream.
+        failure: Failure,
     },
     /// The held lease was declared lost; healing starts.
     Lost {
@@ -401,6 +419,44 @@ struct Stream {
     last_send: Instant,
     /// The lease is surely alive until here (and maybe not after).
     expires_at: Instant,
+    /// Live replies received on this stream.
+    replies: u64,
+}
+
+impl Stream {
+    /// A stream just opened at `now` (the open sends the first keep-alive),
+    /// for a lease known alive until `expires_at`.
+    fn opened(op: OpId, now: Instant, expires_at: Instant) -> Self {
+        Stream {
+            op,
+            unacked: VecDeque::from([now]),
+            last_send: now,
+            expires_at,
+            replies: 0,
+        }
+    }
+}
+
+/// The keep-alive link of a held lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Link {
+    /// A stream is open (or reopened and awaiting its first reply).
+    Up(Stream),
+    /// The stream broke; reopen at `retry_at` unless the deadline passes.
+    Down {
+        retry_at: Instant,
+        expires_at: Instant,
+        failure: Failure,
+    },
+}
+
+impl Link {
+    fn expires_at(&self) -> Instant {
+        match self {
+            Link::Up(s) => s.expires_at,
+            Link::Down { expires_at, .. } => *expires_at,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -414,19 +470,19 @@ enum Step {
         stream: Option<Stream>,
     },
     /// Waiting for the first keep-alive reply on a new stream.
-    /// `resume_until` is set when resuming a lease that was surely alive
-    /// until then; unset in a fresh registration.
+    /// `resuming`: reopening a lost lease (then a put follows) rather than
+    /// finishing a fresh registration.
     Open {
         lease: Lease,
         stream: Stream,
-        resume_until: Option<Instant>,
+        resuming: bool,
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A lost lease that etcd has not said is dead: worth resuming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Resumable {
     lease: Lease,
-    alive_until: Instant,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -440,7 +496,7 @@ enum State {
     },
     Held {
         lease: Lease,
-        stream: Stream,
+        link: Link,
         next_send: Instant,
     },
     Waiting {
@@ -531,8 +587,15 @@ impl Liveness {
             State::Idle | State::Stopped => None,
             State::Registering { deadline, .. } => Some(*deadline),
             State::Held {
-                stream, next_send, ..
-            } => Some((*next_send).min(stream.expires_at)),
+                link, next_send, ..
+            } => Some(match link {
+                Link::Up(s) => (*next_send).min(s.expires_at),
+                Link::Down {
+                    retry_at,
+                    expires_at,
+                    ..
+                } => (*retry_at).min(*expires_at),
+            }),
             State::Waiting { next_at, .. } => Some(*next_at),
             State::Stopping { deadline, .. } => Some(*deadline),
         }
@@ -618,33 +681,19 @@ impl Liveness {
         };
     }
 
-    fn begin_open(
-        &mut self,
-        now: Instant,
-        lease: Lease,
-        resume_until: Option<Instant>,
-        first: bool,
-    ) {
+    fn begin_open(&mut self, now: Instant, lease: Lease, resuming: bool, first: bool) {
         let op = self.op();
         self.cmd(Command::OpenKeepAlive {
             op,
             lease: lease.id,
         });
-        let mut unacked = VecDeque::new();
-        unacked.push_back(now);
-        let stream = Stream {
-            op,
-            unacked,
-            last_send: now,
-            expires_at: now,
-        };
         self.state = State::Registering {
             op,
             deadline: now + self.config.request_timeout,
             step: Step::Open {
                 lease,
-                stream,
-                resume_until,
+                stream: Stream::opened(op, now, now),
+                resuming,
             },
             first,
         };
@@ -655,8 +704,22 @@ impl Liveness {
         let next_send = stream.last_send + self.config.refresh;
         self.state = State::Held {
             lease,
-            stream,
+            link: Link::Up(stream),
             next_send,
+        };
+    }
+
+    /// Opens a new stream for a held lease whose stream broke.
+    fn reopen(&mut self, now: Instant, lease: Lease, expires_at: Instant) {
+        let op = self.op();
+        self.cmd(Command::OpenKeepAlive {
+            op,
+            lease: lease.id,
+        });
+        self.state = State::Held {
+            lease,
+            link: Link::Up(Stream::opened(op, now, expires_at)),
+            next_send: now + self.config.refresh,
         };
     }
 
@@ -669,18 +732,25 @@ impl Liveness {
                 first,
             } if now >= deadline => {
                 self.cmd(Command::Abandon { op });
-                let (revoke, resume) = self.unwind_step(now, step);
+                let (revoke, resume) = self.unwind_step(step);
                 self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, first);
             }
             State::Held {
                 lease,
-                stream,
+                link,
                 next_send,
-            } => {
-                if now >= stream.expires_at {
-                    self.lose(now, lease, stream, LostReason::KeepAliveTimeout);
-                } else if now >= next_send {
-                    let mut stream = stream;
+            } => match link {
+                link if now >= link.expires_at() => {
+                    let reason = match link {
+                        Link::Up(s) => {
+                            self.cmd(Command::CloseKeepAlive { stream: s.op });
+                            LostReason::KeepAliveTimeout
+                        }
+                        Link::Down { failure, .. } => LostReason::StreamClosed(failure),
+                    };
+                    self.lose(now, lease, reason);
+                }
+                Link::Up(mut stream) if now >= next_send => {
                     self.cmd(Command::SendKeepAlive {
                         stream: stream.op,
                         lease: lease.id,
@@ -689,26 +759,30 @@ impl Liveness {
                     stream.last_send = now;
                     self.state = State::Held {
                         lease,
-                        stream,
+                        link: Link::Up(stream),
                         next_send: now + self.config.refresh,
                     };
-                } else {
+                }
+                Link::Down {
+                    retry_at,
+                    expires_at,
+                    ..
+                } if now >= retry_at => self.reopen(now, lease, expires_at),
+                link => {
                     self.state = State::Held {
                         lease,
-                        stream,
+                        link,
                         next_send,
-                    };
+                    }
                 }
-            }
+            },
             State::Waiting {
                 next_at,
                 resume,
                 first,
             } if now >= next_at => match resume {
-                Some(r) if now < r.alive_until => {
-                    self.begin_open(now, r.lease, Some(r.alive_until), first)
-                }
-                _ => self.begin_grant(now, first),
+                Some(r) => self.begin_open(now, r.lease, true, first),
+                None => self.begin_grant(now, first),
             },
             State::Stopping {
                 deadline,
@@ -735,7 +809,7 @@ impl Liveness {
 
     /// Tears down a failed step: closes its stream; returns the lease to
     /// revoke (a fresh, partial registration) and what may still be resumed.
-    fn unwind_step(&mut self, now: Instant, step: Step) -> (Option<LeaseId>, Option<Resumable>) {
+    fn unwind_step(&mut self, step: Step) -> (Option<LeaseId>, Option<Resumable>) {
         match step {
             Step::Grant => (None, None),
             Step::Put {
@@ -747,27 +821,18 @@ impl Liveness {
                 stream: Some(s),
             } => {
                 self.cmd(Command::CloseKeepAlive { stream: s.op });
-                let resume = (now < s.expires_at).then_some(Resumable {
-                    lease,
-                    alive_until: s.expires_at,
-                });
-                (None, resume)
+                (None, Some(Resumable { lease }))
             }
             Step::Open {
                 lease,
                 stream,
-                resume_until,
+                resuming,
             } => {
                 self.cmd(Command::CloseKeepAlive { stream: stream.op });
-                match resume_until {
-                    None => (Some(lease.id), None),
-                    Some(until) => {
-                        let resume = (now < until).then_some(Resumable {
-                            lease,
-                            alive_until: until,
-                        });
-                        (None, resume)
-                    }
+                if resuming {
+                    (None, Some(Resumable { lease }))
+                } else {
+                    (Some(lease.id), None)
                 }
             }
         }
@@ -808,17 +873,13 @@ impl Liveness {
         };
     }
 
-    /// The held lease is lost: report, close the stream, and schedule the
-    /// first heal attempt (a resume while the lease may still be alive).
-    fn lose(&mut self, now: Instant, lease: Lease, stream: Stream, reason: LostReason) {
-        self.cmd(Command::CloseKeepAlive { stream: stream.op });
+    /// The held lease is lost (its stream already closed): report and
+    /// schedule the first heal attempt, a resume unless etcd said the lease
+    /// is dead.
+    fn lose(&mut self, now: Instant, lease: Lease, reason: LostReason) {
         let resume = match reason {
             LostReason::LeaseExpired => None,
-            LostReason::StreamClosed(_) | LostReason::KeepAliveTimeout => (now < stream.expires_at)
-                .then_some(Resumable {
-                    lease,
-                    alive_until: stream.expires_at,
-                }),
+            LostReason::StreamClosed(_) | LostReason::KeepAliveTimeout => Some(Resumable { lease }),
         };
         let class = match &reason {
             LostReason::StreamClosed(f) => f.class(),
@@ -891,7 +952,7 @@ impl Liveness {
                 },
                 Outcome::Ok(Reply::Done),
             ) => {
-                self.begin_open(now, lease, None, first);
+                self.begin_open(now, lease, false, first);
             }
             (
                 Step::Put {
@@ -909,13 +970,13 @@ impl Liveness {
             (step @ (Step::Grant | Step::Put { .. }), Outcome::Ok(_)) => {
                 // A reply of the wrong shape: a driver bug or a bad grant
                 // (TTL <= 0). Treat as a failed attempt.
-                let (revoke, resume) = self.unwind_step(now, step);
+                let (revoke, resume) = self.unwind_step(step);
                 let why = AttemptFailure::Etcd(Failure::Other("unexpected reply".into()));
                 self.attempt_failed(now, why, revoke, resume, first);
             }
             (step, Outcome::Err(failure)) => {
                 let lease_gone = failure == Failure::LeaseNotFound;
-                let (revoke, resume) = self.unwind_step(now, step);
+                let (revoke, resume) = self.unwind_step(step);
                 let resume = if lease_gone { None } else { resume };
                 let why = if lease_gone {
                     AttemptFailure::LeaseGone
@@ -925,7 +986,7 @@ impl Liveness {
                 self.attempt_failed(now, why, revoke, resume, first);
             }
             (step, Outcome::Unknown) => {
-                let (revoke, resume) = self.unwind_step(now, step);
+                let (revoke, resume) = self.unwind_step(step);
                 self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, first);
             }
             // Open steps complete through keep-alive inputs, not here.
@@ -949,17 +1010,17 @@ impl Liveness {
                     Step::Open {
                         lease,
                         mut stream,
-                        resume_until,
+                        resuming,
                     },
                 first,
             } if stream.op == stream_op => {
                 if ttl_secs <= 0 {
                     self.cmd(Command::CloseKeepAlive { stream: stream.op });
-                    match resume_until {
+                    match resuming {
                         // The lease died while we were away: register anew
                         // at once, this is a definite answer.
-                        Some(_) => self.begin_grant(now, first),
-                        None => self.attempt_failed(
+                        true => self.begin_grant(now, first),
+                        false => self.attempt_failed(
                             now,
                             AttemptFailure::LeaseGone,
                             Some(lease.id),
@@ -969,10 +1030,10 @@ impl Liveness {
                     }
                     return;
                 }
-                stream.ack(now, ttl_secs);
-                match resume_until {
-                    Some(_) => self.begin_put(now, lease, Some(stream), first),
-                    None => {
+                stream.ack(ttl_secs);
+                match resuming {
+                    true => self.begin_put(now, lease, Some(stream), first),
+                    false => {
                         self.hold(lease, stream);
                         self.event(if first {
                             Event::Registered {
@@ -1001,7 +1062,7 @@ impl Liveness {
             } if stream.op == stream_op => {
                 // A late reply while the resume's put is in flight.
                 if ttl_secs > 0 {
-                    stream.ack(now, ttl_secs);
+                    stream.ack(ttl_secs);
                 }
                 self.state = State::Registering {
                     op,
@@ -1015,16 +1076,21 @@ impl Liveness {
             }
             State::Held {
                 lease,
-                mut stream,
+                link: Link::Up(mut stream),
                 next_send,
             } if stream.op == stream_op => {
                 if ttl_secs <= 0 {
-                    self.lose(now, lease, stream, LostReason::LeaseExpired);
+                    self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    self.lose(now, lease, LostReason::LeaseExpired);
                 } else {
-                    stream.ack(now, ttl_secs);
+                    if stream.replies == 0 {
+                        // A reopened stream is confirmed: the link healed.
+                        self.backoff.reset();
+                    }
+                    stream.ack(ttl_secs);
                     self.state = State::Held {
                         lease,
-                        stream,
+                        link: Link::Up(stream),
                         next_send,
                     };
                 }
@@ -1036,27 +1102,25 @@ impl Liveness {
     fn on_closed(&mut self, now: Instant, stream_op: OpId, failure: Failure) {
         match std::mem::replace(&mut self.state, State::Stopped) {
             State::Registering {
-                op,
                 step:
                     Step::Open {
                         lease,
                         stream,
-                        resume_until,
+                        resuming,
                     },
                 first,
                 ..
             } if stream.op == stream_op => {
-                // The driver closes its side; no CloseKeepAlive needed, but
-                // it is harmless and keeps the teardown in one place.
-                let _ = op;
+                // CloseKeepAlive for a stream the driver already closed is
+                // harmless and keeps the teardown in one place.
                 let step = Step::Open {
                     lease,
                     stream,
-                    resume_until,
+                    resuming,
                 };
                 let lease_gone = failure == Failure::LeaseNotFound;
-                let (revoke, resume) = self.unwind_step(now, step);
-                if lease_gone && resume_until.is_some() {
+                let (revoke, resume) = self.unwind_step(step);
+                if lease_gone && resuming {
                     self.begin_grant(now, first);
                 } else {
                     let why = if lease_gone {
@@ -1084,7 +1148,7 @@ impl Liveness {
                     lease,
                     stream: Some(stream),
                 };
-                let (revoke, resume) = self.unwind_step(now, step);
+                let (revoke, resume) = self.unwind_step(step);
                 let resume = if failure == Failure::LeaseNotFound {
                     None
                 } else {
@@ -1092,13 +1156,36 @@ impl Liveness {
                 };
                 self.attempt_failed(now, AttemptFailure::Etcd(failure), revoke, resume, first);
             }
-            State::Held { lease, stream, .. } if stream.op == stream_op => {
-                let reason = if failure == Failure::LeaseNotFound {
-                    LostReason::LeaseExpired
+            State::Held {
+                lease,
+                link: Link::Up(stream),
+                next_send,
+            } if stream.op == stream_op => {
+                self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                if failure == Failure::LeaseNotFound {
+                    self.lose(now, lease, LostReason::LeaseExpired);
+                } else if now >= stream.expires_at {
+                    self.lose(now, lease, LostReason::StreamClosed(failure));
+                } else if stream.replies > 0 {
+                    // A working stream broke: reopen at once.
+                    self.event(Event::KeepAliveInterrupted {
+                        lease: lease.id,
+                        failure,
+                    });
+                    self.reopen(now, lease, stream.expires_at);
                 } else {
-                    LostReason::StreamClosed(failure)
-                };
-                self.lose(now, lease, stream, reason);
+                    // A reopened stream failed too: pace the next try.
+                    let retry_at = now + self.backoff.next_delay(failure.class());
+                    self.state = State::Held {
+                        lease,
+                        link: Link::Down {
+                            retry_at,
+                            expires_at: stream.expires_at,
+                            failure,
+                        },
+                        next_send,
+                    };
+                }
             }
             other => self.state = other,
         }
@@ -1121,8 +1208,10 @@ impl Liveness {
                     self.begin_stopping(now, Some(lease.id), None);
                 }
             },
-            State::Held { lease, stream, .. } => {
-                self.cmd(Command::CloseKeepAlive { stream: stream.op });
+            State::Held { lease, link, .. } => {
+                if let Link::Up(s) = link {
+                    self.cmd(Command::CloseKeepAlive { stream: s.op });
+                }
                 self.begin_stopping(now, Some(lease.id), None);
             }
             State::Waiting { resume, .. } => match resume {
@@ -1209,7 +1298,8 @@ impl Stream {
     /// Records a live reply: the oldest unacknowledged send plus the TTL is
     /// a time the lease surely lives to. An unsolicited reply (nothing
     /// unacknowledged) proves nothing about timing and is not counted.
-    fn ack(&mut self, _now: Instant, ttl_secs: i64) {
+    fn ack(&mut self, ttl_secs: i64) {
+        self.replies += 1;
         if let Some(sent) = self.unacked.pop_front() {
             let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
             self.expires_at = self.expires_at.max(sent + ttl);

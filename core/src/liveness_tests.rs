@@ -111,6 +111,21 @@ fn closed(m: &mut Liveness, now: u64, stream: u64, failure: Failure) {
     .unwrap();
 }
 
+/// Lets the held lease's deadline pass with no reply: `Lost` then a heal is
+/// scheduled. Returns the instant of the loss.
+fn lose_by_silence(m: &mut Liveness) -> u64 {
+    loop {
+        let at = fire(m);
+        let out = drain(m);
+        if out
+            .iter()
+            .any(|o| matches!(o, Output::Event(Event::Lost { .. })))
+        {
+            return at;
+        }
+    }
+}
+
 /// Fires the pending timeout, returning the instant used.
 fn fire(m: &mut Liveness) -> u64 {
     let at = m.poll_timeout().expect("a deadline").as_millis();
@@ -165,13 +180,13 @@ fn keep_alive_every_refresh_and_deadline_from_send_time() {
     assert_eq!(out.len(), 3);
     assert_eq!(m.lease(), None);
     assert_eq!(m.state(), LivenessState::Healing { attempt: 1 });
-    // The deadline has passed, so the lease cannot be resumed: grant anew.
+    // etcd never said the lease is dead: try to resume it first.
     fire(&mut m);
     assert_eq!(
         drain(&mut m),
-        vec![cmd(Command::Grant {
+        vec![cmd(Command::OpenKeepAlive {
             op: OpId(4),
-            ttl_secs: 9
+            lease: LEASE
         })]
     );
 }
@@ -226,40 +241,30 @@ fn ttl_zero_reply_is_a_lost_lease_and_heals_under_a_new_lease() {
 }
 
 #[test]
-fn broken_stream_resumes_the_same_lease_without_rewriting_it() {
+fn broken_stream_is_reopened_in_place_while_the_lease_lives() {
     let mut m = registered(StartPolicy::FailFast);
     closed(&mut m, 500, 3, Failure::StreamClosed("h2 error".into()));
-    let out = drain(&mut m);
-    assert_eq!(
-        out[1],
-        ev(Event::Lost {
-            lease: LEASE,
-            reason: LostReason::StreamClosed(Failure::StreamClosed("h2 error".into()))
-        })
-    );
-    let at = fire(&mut m);
     assert_eq!(
         drain(&mut m),
-        vec![cmd(Command::OpenKeepAlive {
-            op: OpId(4),
-            lease: LEASE
-        })]
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            ev(Event::KeepAliveInterrupted {
+                lease: LEASE,
+                failure: Failure::StreamClosed("h2 error".into())
+            }),
+            cmd(Command::OpenKeepAlive {
+                op: OpId(4),
+                lease: LEASE
+            }),
+        ]
     );
-    assert_eq!(m.state(), LivenessState::Healing { attempt: 1 });
-    reply(&mut m, at + 1, 4, 8);
-    // Compare-and-put: writes nothing if the key is intact.
-    assert_eq!(drain(&mut m), vec![put(5, LEASE)]);
-    ok(&mut m, at + 2, 5, Reply::Done);
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Reregistered {
-            lease: LEASE,
-            resumed: true
-        })]
-    );
+    // Still registered: the lease provably lives until 2 + 9000.
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
     assert_eq!(m.lease(), Some(LEASE));
-    // Keep-alives go on the new stream.
-    assert_eq!(m.poll_timeout(), Some(t(at + 3000)));
+    reply(&mut m, 510, 4, 9);
+    assert!(drain(&mut m).is_empty());
+    // Keep-alives go on the new stream, refresh counted from the reopen.
+    assert_eq!(m.poll_timeout(), Some(t(3500)));
     fire(&mut m);
     assert_eq!(
         drain(&mut m),
@@ -271,10 +276,91 @@ fn broken_stream_resumes_the_same_lease_without_rewriting_it() {
 }
 
 #[test]
+fn stream_that_cannot_be_reopened_loses_the_lease_at_its_deadline_then_resumes() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::Unavailable("member down".into()));
+    let _ = drain(&mut m);
+    // The reopened stream fails before any reply: paced retries, no event.
+    let mut op = 4;
+    let mut now = 501;
+    loop {
+        closed(&mut m, now, op, Failure::Unavailable("member down".into()));
+        assert_eq!(
+            drain(&mut m),
+            vec![cmd(Command::CloseKeepAlive { stream: OpId(op) })]
+        );
+        assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+        now = fire(&mut m);
+        let out = drain(&mut m);
+        if now >= 9002 {
+            assert_eq!(
+                out[0],
+                ev(Event::Lost {
+                    lease: LEASE,
+                    reason: LostReason::StreamClosed(Failure::Unavailable("member down".into()))
+                })
+            );
+            break;
+        }
+        assert!(now - 501 < 9002, "retries are paced but keep coming");
+        op += 1;
+        assert_eq!(
+            out,
+            vec![cmd(Command::OpenKeepAlive {
+                op: OpId(op),
+                lease: LEASE
+            })]
+        );
+    }
+    // Healing resumes the same lease: reopen, then compare-and-put.
+    let at = fire(&mut m);
+    let out = drain(&mut m);
+    let Output::Command(Command::OpenKeepAlive { op: open, lease }) = out[0].clone() else {
+        panic!("{out:?}")
+    };
+    assert_eq!(lease, LEASE);
+    reply(&mut m, at + 1, open.0, 8);
+    assert_eq!(drain(&mut m), vec![put(open.0 + 1, LEASE)]);
+    ok(&mut m, at + 2, open.0 + 1, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Reregistered {
+            lease: LEASE,
+            resumed: true
+        })]
+    );
+    assert_eq!(m.lease(), Some(LEASE));
+}
+
+#[test]
+fn lease_not_found_on_the_stream_is_a_lost_lease() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::LeaseNotFound);
+    let out = drain(&mut m);
+    assert_eq!(
+        &out[..2],
+        &[
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            ev(Event::Lost {
+                lease: LEASE,
+                reason: LostReason::LeaseExpired
+            })
+        ]
+    );
+    fire(&mut m);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Grant {
+            op: OpId(4),
+            ttl_secs: 9
+        })]
+    );
+}
+
+#[test]
 fn resume_of_a_dead_lease_grants_at_once() {
     let mut m = registered(StartPolicy::FailFast);
-    closed(&mut m, 500, 3, Failure::Unavailable("refused".into()));
-    let _ = drain(&mut m);
+    lose_by_silence(&mut m);
     let at = fire(&mut m);
     let _ = drain(&mut m);
     closed(&mut m, at + 5, 4, Failure::LeaseNotFound);
@@ -290,8 +376,7 @@ fn resume_of_a_dead_lease_grants_at_once() {
     );
     // Same for a TTL-0 reply on the reopened stream.
     let mut m = registered(StartPolicy::FailFast);
-    closed(&mut m, 500, 3, Failure::Unavailable("refused".into()));
-    let _ = drain(&mut m);
+    lose_by_silence(&mut m);
     let at = fire(&mut m);
     let _ = drain(&mut m);
     reply(&mut m, at + 5, 4, 0);
@@ -542,9 +627,8 @@ fn stop_during_grant_revokes_the_late_lease() {
 #[test]
 fn stop_while_healing_revokes_the_resumable_lease() {
     let mut m = registered(StartPolicy::FailFast);
-    closed(&mut m, 500, 3, Failure::StreamClosed("gone".into()));
-    let _ = drain(&mut m);
-    m.handle(t(501), Input::Stop).unwrap();
+    let lost_at = lose_by_silence(&mut m);
+    m.handle(t(lost_at + 1), Input::Stop).unwrap();
     assert_eq!(
         drain(&mut m),
         vec![cmd(Command::Revoke {
@@ -553,7 +637,7 @@ fn stop_while_healing_revokes_the_resumable_lease() {
         })]
     );
     m.handle(
-        t(502),
+        t(lost_at + 2),
         Input::Completed {
             op: OpId(4),
             outcome: Outcome::Err(Failure::LeaseNotFound),
@@ -571,8 +655,7 @@ fn stop_while_healing_revokes_the_resumable_lease() {
 #[test]
 fn stream_closing_during_resume_put_fails_the_attempt() {
     let mut m = registered(StartPolicy::FailFast);
-    closed(&mut m, 500, 3, Failure::StreamClosed("gone".into()));
-    let _ = drain(&mut m);
+    lose_by_silence(&mut m);
     let at = fire(&mut m);
     let _ = drain(&mut m);
     reply(&mut m, at + 1, 4, 9);
