@@ -589,7 +589,15 @@ impl Liveness {
             State::Held {
                 link, next_send, ..
             } => Some(match link {
-                Link::Up(s) => (*next_send).min(s.expires_at),
+                Link::Up(s) => {
+                    let silent_at = s
+                        .unacked
+                        .front()
+                        .map(|sent| *sent + self.config.request_timeout);
+                    (*next_send)
+                        .min(s.expires_at)
+                        .min(silent_at.unwrap_or(s.expires_at))
+                }
                 Link::Down {
                     retry_at,
                     expires_at,
@@ -749,6 +757,18 @@ impl Liveness {
                         Link::Down { failure, .. } => LostReason::StreamClosed(failure),
                     };
                     self.lose(now, lease, reason);
+                }
+                Link::Up(stream)
+                    if stream
+                        .unacked
+                        .front()
+                        .is_some_and(|sent| now >= *sent + self.config.request_timeout) =>
+                {
+                    // A keep-alive unanswered for a whole request timeout:
+                    // the stream is silently broken (a stalled member, a
+                    // blackholed connection).
+                    let failure = Failure::StreamClosed("keep-alive unanswered".into());
+                    self.stream_broke(now, lease, stream, failure, next_send);
                 }
                 Link::Up(mut stream) if now >= next_send => {
                     self.cmd(Command::SendKeepAlive {
@@ -1161,33 +1181,47 @@ impl Liveness {
                 link: Link::Up(stream),
                 next_send,
             } if stream.op == stream_op => {
-                self.cmd(Command::CloseKeepAlive { stream: stream.op });
-                if failure == Failure::LeaseNotFound {
-                    self.lose(now, lease, LostReason::LeaseExpired);
-                } else if now >= stream.expires_at {
-                    self.lose(now, lease, LostReason::StreamClosed(failure));
-                } else if stream.replies > 0 {
-                    // A working stream broke: reopen at once.
-                    self.event(Event::KeepAliveInterrupted {
-                        lease: lease.id,
-                        failure,
-                    });
-                    self.reopen(now, lease, stream.expires_at);
-                } else {
-                    // A reopened stream failed too: pace the next try.
-                    let retry_at = now + self.backoff.next_delay(failure.class());
-                    self.state = State::Held {
-                        lease,
-                        link: Link::Down {
-                            retry_at,
-                            expires_at: stream.expires_at,
-                            failure,
-                        },
-                        next_send,
-                    };
-                }
+                self.stream_broke(now, lease, stream, failure, next_send)
             }
             other => self.state = other,
+        }
+    }
+
+    /// The stream of a held lease broke (closed, errored or went silent).
+    fn stream_broke(
+        &mut self,
+        now: Instant,
+        lease: Lease,
+        stream: Stream,
+        failure: Failure,
+        next_send: Instant,
+    ) {
+        {
+            self.cmd(Command::CloseKeepAlive { stream: stream.op });
+            if failure == Failure::LeaseNotFound {
+                self.lose(now, lease, LostReason::LeaseExpired);
+            } else if now >= stream.expires_at {
+                self.lose(now, lease, LostReason::StreamClosed(failure));
+            } else if stream.replies > 0 {
+                // A working stream broke: reopen at once.
+                self.event(Event::KeepAliveInterrupted {
+                    lease: lease.id,
+                    failure,
+                });
+                self.reopen(now, lease, stream.expires_at);
+            } else {
+                // A reopened stream failed too: pace the next try.
+                let retry_at = now + self.backoff.next_delay(failure.class());
+                self.state = State::Held {
+                    lease,
+                    link: Link::Down {
+                        retry_at,
+                        expires_at: stream.expires_at,
+                        failure,
+                    },
+                    next_send,
+                };
+            }
         }
     }
 

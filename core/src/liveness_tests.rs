@@ -55,7 +55,11 @@ fn put(op: u64, lease: LeaseId) -> Output {
 /// Start and complete a registration at t=0..3 ms: ops 1 (grant), 2 (put),
 /// 3 (keep-alive stream).
 fn registered(start: StartPolicy) -> Liveness {
-    let mut m = Liveness::new(config(start)).unwrap();
+    registered_with(config(start))
+}
+
+fn registered_with(config: LivenessConfig) -> Liveness {
+    let mut m = Liveness::new(config).unwrap();
     m.handle(t(0), Input::Start).unwrap();
     assert_eq!(
         drain(&mut m),
@@ -135,7 +139,9 @@ fn fire(m: &mut Liveness) -> u64 {
 
 #[test]
 fn keep_alive_every_refresh_and_deadline_from_send_time() {
-    let mut m = registered(StartPolicy::FailFast);
+    let mut c = config(StartPolicy::FailFast);
+    c.request_timeout = Duration::from_secs(20);
+    let mut m = registered_with(c);
     // Stream opened at t=2: next send at 2 + 3000.
     assert_eq!(m.poll_timeout(), Some(t(3002)));
     m.handle(t(3002), Input::Timeout).unwrap();
@@ -333,6 +339,40 @@ fn stream_that_cannot_be_reopened_loses_the_lease_at_its_deadline_then_resumes()
 }
 
 #[test]
+fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
+    let mut m = registered(StartPolicy::FailFast);
+    assert_eq!(fire(&mut m), 3002);
+    let _ = drain(&mut m);
+    // Unanswered for the request timeout (2 s): the stream is broken.
+    assert_eq!(fire(&mut m), 5002);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            ev(Event::KeepAliveInterrupted {
+                lease: LEASE,
+                failure: Failure::StreamClosed("keep-alive unanswered".into())
+            }),
+            cmd(Command::OpenKeepAlive {
+                op: OpId(4),
+                lease: LEASE
+            }),
+        ]
+    );
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+    // The reopened stream is silent too; the lease deadline (2 + 9000)
+    // ends it: lost, and healing will try to resume.
+    let lost_at = lose_by_silence(&mut m);
+    assert_eq!(lost_at, 9002);
+    assert_eq!(
+        m.state(),
+        LivenessState::Healing {
+            attempt: m.backoff.attempt()
+        }
+    );
+}
+
+#[test]
 fn lease_not_found_on_the_stream_is_a_lost_lease() {
     let mut m = registered(StartPolicy::FailFast);
     closed(&mut m, 500, 3, Failure::LeaseNotFound);
@@ -361,15 +401,18 @@ fn lease_not_found_on_the_stream_is_a_lost_lease() {
 fn resume_of_a_dead_lease_grants_at_once() {
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
+    let b = m.next_op;
     let at = fire(&mut m);
     let _ = drain(&mut m);
-    closed(&mut m, at + 5, 4, Failure::LeaseNotFound);
+    closed(&mut m, at + 5, b + 1, Failure::LeaseNotFound);
     assert_eq!(
         drain(&mut m),
         vec![
-            cmd(Command::CloseKeepAlive { stream: OpId(4) }),
+            cmd(Command::CloseKeepAlive {
+                stream: OpId(b + 1)
+            }),
             cmd(Command::Grant {
-                op: OpId(5),
+                op: OpId(b + 2),
                 ttl_secs: 9
             })
         ]
@@ -377,15 +420,18 @@ fn resume_of_a_dead_lease_grants_at_once() {
     // Same for a TTL-0 reply on the reopened stream.
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
+    let b = m.next_op;
     let at = fire(&mut m);
     let _ = drain(&mut m);
-    reply(&mut m, at + 5, 4, 0);
+    reply(&mut m, at + 5, b + 1, 0);
     assert_eq!(
         drain(&mut m),
         vec![
-            cmd(Command::CloseKeepAlive { stream: OpId(4) }),
+            cmd(Command::CloseKeepAlive {
+                stream: OpId(b + 1)
+            }),
             cmd(Command::Grant {
-                op: OpId(5),
+                op: OpId(b + 2),
                 ttl_secs: 9
             })
         ]
@@ -628,18 +674,20 @@ fn stop_during_grant_revokes_the_late_lease() {
 fn stop_while_healing_revokes_the_resumable_lease() {
     let mut m = registered(StartPolicy::FailFast);
     let lost_at = lose_by_silence(&mut m);
+    let b = m.next_op;
+    let b = m.next_op;
     m.handle(t(lost_at + 1), Input::Stop).unwrap();
     assert_eq!(
         drain(&mut m),
         vec![cmd(Command::Revoke {
-            op: OpId(4),
+            op: OpId(b + 1),
             lease: LEASE
         })]
     );
     m.handle(
         t(lost_at + 2),
         Input::Completed {
-            op: OpId(4),
+            op: OpId(b + 1),
             outcome: Outcome::Err(Failure::LeaseNotFound),
         },
     )
@@ -656,21 +704,27 @@ fn stop_while_healing_revokes_the_resumable_lease() {
 fn stream_closing_during_resume_put_fails_the_attempt() {
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
+    let b = m.next_op;
     let at = fire(&mut m);
     let _ = drain(&mut m);
-    reply(&mut m, at + 1, 4, 9);
-    assert_eq!(drain(&mut m), vec![put(5, LEASE)]);
-    closed(&mut m, at + 2, 4, Failure::StreamClosed("again".into()));
+    reply(&mut m, at + 1, b + 1, 9);
+    assert_eq!(drain(&mut m), vec![put(b + 2, LEASE)]);
+    closed(&mut m, at + 2, b + 1, Failure::StreamClosed("again".into()));
     let out = drain(&mut m);
-    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(5) }));
-    assert_eq!(out[1], cmd(Command::CloseKeepAlive { stream: OpId(4) }));
+    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(b + 2) }));
+    assert_eq!(
+        out[1],
+        cmd(Command::CloseKeepAlive {
+            stream: OpId(b + 1)
+        })
+    );
     assert!(matches!(out[2], Output::Event(Event::Healing { .. })));
     // Still resumable: the next attempt reopens the same lease.
     fire(&mut m);
     assert_eq!(
         drain(&mut m),
         vec![cmd(Command::OpenKeepAlive {
-            op: OpId(6),
+            op: OpId(b + 3),
             lease: LEASE
         })]
     );
