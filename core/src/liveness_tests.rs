@@ -675,7 +675,6 @@ fn stop_while_healing_revokes_the_resumable_lease() {
     let mut m = registered(StartPolicy::FailFast);
     let lost_at = lose_by_silence(&mut m);
     let b = m.next_op;
-    let b = m.next_op;
     m.handle(t(lost_at + 1), Input::Stop).unwrap();
     assert_eq!(
         drain(&mut m),
