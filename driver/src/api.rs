@@ -1,0 +1,123 @@
+//! The `EtcdApi` trait: the few etcd operations coord's driver needs, in the
+//! driver's own types. The real implementation wraps `etcd-client`; the
+//! simulator implements it over a model of etcd.
+
+use std::future::Future;
+
+use coord_core::{Failure, LeaseId, Outcome};
+
+/// How an etcd request failed, classified for the state machines.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EtcdError {
+    /// etcd could not be reached or refused at once (connection refused,
+    /// `Unavailable`, no leader). Nothing was applied.
+    #[error("etcd unavailable: {0}")]
+    Unavailable(String),
+    /// The lease does not exist (expired or revoked).
+    #[error("lease not found")]
+    LeaseNotFound,
+    /// The revision asked for is compacted.
+    #[error("revision compacted (compact revision {compact_revision})")]
+    Compacted {
+        /// etcd's current compaction revision, or 0 if it did not say.
+        compact_revision: i64,
+    },
+    /// etcd is overloaded or rate limiting.
+    #[error("etcd overloaded: {0}")]
+    Overloaded(String),
+    /// The request failed in a way that leaves its effect unknown (the
+    /// connection broke mid-request, a deadline passed).
+    #[error("outcome unknown: {0}")]
+    Indeterminate(String),
+    /// Anything else etcd refused (invalid argument, permission, ...).
+    #[error("etcd error: {0}")]
+    Other(String),
+}
+
+impl EtcdError {
+    /// The core's view of a unary request that failed this way.
+    pub fn into_outcome<T>(self) -> Outcome<T> {
+        match self {
+            EtcdError::Indeterminate(_) => Outcome::Unknown,
+            other => Outcome::Err(other.into_failure()),
+        }
+    }
+
+    /// The core's view of a stream that broke this way.
+    pub fn into_failure(self) -> Failure {
+        match self {
+            EtcdError::Unavailable(m) => Failure::Unavailable(m),
+            EtcdError::LeaseNotFound => Failure::LeaseNotFound,
+            EtcdError::Compacted { compact_revision } => Failure::Compacted(compact_revision),
+            EtcdError::Overloaded(m) => Failure::Overloaded(m),
+            EtcdError::Indeterminate(m) => Failure::StreamClosed(m),
+            EtcdError::Other(m) => Failure::Other(m),
+        }
+    }
+}
+
+/// Maps a unary result onto the core's outcome.
+pub fn outcome<T>(r: Result<T, EtcdError>) -> Outcome<T> {
+    match r {
+        Ok(v) => Outcome::Ok(v),
+        Err(e) => e.into_outcome(),
+    }
+}
+
+/// A lease grant: the id and the TTL etcd actually granted (seconds; may
+/// exceed the TTL asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Granted {
+    /// The new lease.
+    pub lease: LeaseId,
+    /// TTL granted, seconds.
+    pub ttl_secs: i64,
+}
+
+/// The etcd operations coord needs. Implementations must be cheap to clone
+/// (each request runs on its own task with its own clone) and must never
+/// panic on anything the server sends.
+pub trait EtcdApi: Clone + Send + Sync + 'static {
+    /// Sends keep-alives on an open keep-alive stream.
+    type Keeper: KeepAliveSender;
+    /// Receives keep-alive replies on an open keep-alive stream.
+    type Replies: KeepAliveReplies;
+
+    /// Grants a lease of `ttl_secs` seconds.
+    fn lease_grant(&self, ttl_secs: i64)
+        -> impl Future<Output = Result<Granted, EtcdError>> + Send;
+
+    /// Revokes a lease, deleting every key attached to it.
+    fn lease_revoke(&self, lease: LeaseId) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Makes `key` hold `value` attached to `lease`, in one transaction that
+    /// writes nothing when the key already has exactly that value and
+    /// lease (so an intact key produces no watch event).
+    fn put_if_changed(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Opens a keep-alive stream for `lease` and sends one keep-alive; its
+    /// reply (with the remaining TTL) is the first thing `Replies` yields.
+    /// Fails with `LeaseNotFound` if the lease is gone.
+    fn lease_keep_alive(
+        &self,
+        lease: LeaseId,
+    ) -> impl Future<Output = Result<(Self::Keeper, Self::Replies), EtcdError>> + Send;
+}
+
+/// The sending half of a keep-alive stream.
+pub trait KeepAliveSender: Send + 'static {
+    /// Sends one keep-alive request. An error means the stream is broken.
+    fn send(&mut self) -> impl Future<Output = Result<(), EtcdError>> + Send;
+}
+
+/// The receiving half of a keep-alive stream.
+pub trait KeepAliveReplies: Send + 'static {
+    /// The next reply's remaining TTL in seconds (0: the lease is gone), an
+    /// error, or `None` when the stream ended.
+    fn next(&mut self) -> impl Future<Output = Option<Result<i64, EtcdError>>> + Send;
+}

@@ -1,0 +1,31 @@
+//! Maps the runtime's monotonic clock onto the core's `Instant`.
+
+use std::time::Duration;
+
+use coord_core::Instant;
+
+/// A clock whose epoch is the moment it was made. Under the simulator,
+/// `tokio::time` is madsim's virtual time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    epoch: tokio::time::Instant,
+}
+
+impl Clock {
+    pub(crate) fn start() -> Self {
+        Clock {
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Now, in the core's terms.
+    pub(crate) fn now(&self) -> Instant {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Instant::from_millis(ms)
+    }
+
+    /// A core deadline as a runtime instant.
+    pub(crate) fn to_runtime(self, at: Instant) -> tokio::time::Instant {
+        self.epoch + Duration::from_millis(at.as_millis())
+    }
+}

@@ -1,0 +1,42 @@
+//! # coord: coordinate a fleet of agents on etcd v3
+//!
+//! Host liveness with self-healing TTL leases, wire-compatible with the Go
+//! library go-coord: a host's JSON metadata lives at
+//! `<prefix><host id>` (default prefix `/coord/hosts/`) under a lease that
+//! a background task keeps alive and heals when it is lost.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), coord::Error> {
+//! let client = coord::connect(&["http://127.0.0.1:2379"], coord::ConnectOptions::default()).await?;
+//! let meta = coord::HostMetadata::new("6b1f0c1e-3a52-4c47-9a37-0a4c5f1c2d3e", "node-7");
+//! let host = coord::HostLiveness::register(client, meta, coord::LivenessOptions::default()).await?;
+//! println!("registered at {} under lease {:?}", host.key(), host.lease_id());
+//! host.stop().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The state machines live in `coord-core` (sans-IO); this crate runs them
+//! on tokio against etcd through the [`EtcdApi`] trait.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+mod clock;
+#[cfg(not(madsim))]
+mod connect;
+mod error;
+#[cfg(not(madsim))]
+pub mod etcd;
+pub mod liveness;
+pub mod metadata;
+
+pub use api::{EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender};
+#[cfg(not(madsim))]
+pub use connect::{connect, ConnectOptions};
+pub use coord_core::liveness::{AttemptFailure, Event as LivenessEvent, LostReason, RevokeOutcome};
+pub use coord_core::{BackoffConfig, LeaseId};
+pub use error::Error;
+pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX};
+pub use metadata::{
+    validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
+};
