@@ -1,5 +1,7 @@
 //! Host liveness against real etcd: the scenarios of the liveness issue.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use coord::{
@@ -396,7 +398,8 @@ async fn invalid_input_is_a_typed_error_and_writes_nothing() {
         f(&mut o);
         o
     };
-    let cases: Vec<(LivenessOptions, fn(&Error) -> bool)> = vec![
+    type Expect = fn(&Error) -> bool;
+    let cases: Vec<(LivenessOptions, Expect)> = vec![
         (with(|o| o.ttl = Duration::from_millis(500)), |e| {
             matches!(e, Error::InvalidOptions(ConfigError::TtlOutOfRange(_)))
         }),
