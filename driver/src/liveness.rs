@@ -371,20 +371,27 @@ impl<A: EtcdApi> Runner<A> {
             // Set by the Stopped event, which carries the outcome.
             LivenessState::Stopped => return,
         };
+        let registered = match status {
+            LivenessStatus::Registered { lease } => Some(lease),
+            _ => None,
+        };
         self.status.send_if_modified(|s| {
             let changed = *s != status;
             *s = status;
             changed
         });
+        // Only once the state says so, so `register` never returns a handle
+        // whose `lease_id()` is still `None`.
+        if let Some(lease) = registered {
+            if let Some(ready) = self.ready.take() {
+                let _ = ready.send(Ok(lease));
+            }
+        }
     }
 
     fn publish(&mut self, event: Event) {
         match &event {
-            Event::Registered { lease, .. } => {
-                if let Some(ready) = self.ready.take() {
-                    let _ = ready.send(Ok(*lease));
-                }
-            }
+            Event::Registered { lease, ttl } => info!(%lease, ?ttl, "host registered"),
             Event::Lost { lease, reason } => warn!(%lease, ?reason, "host registration lost"),
             Event::KeepAliveInterrupted { lease, failure } => {
                 info!(%lease, %failure, "keep-alive stream interrupted; reopening")

@@ -340,12 +340,19 @@ async fn blackholed_client_notices_within_the_ttl_and_heals_when_restored() {
 async fn one_member_stalled_longer_than_the_ttl_is_not_a_lost_registration() {
     init_tracing();
     let etcd = EtcdCluster::three().await;
-    let client = etcd.client().await;
-    let host = HostLiveness::register(client.clone(), meta("h-stall"), opts(3))
-        .await
-        .expect("register");
-    let lease = host.lease_id().expect("lease");
-    let mut events = host.subscribe();
+    // Eight hosts, each with its own client listing all three members, so
+    // that (with probability 1 - (2/3)^8) some keep-alive streams sit on
+    // the member that stalls.
+    let mut hosts = Vec::new();
+    for i in 0..8 {
+        let client = etcd.client().await;
+        let host = HostLiveness::register(client, meta(&format!("h-stall-{i}")), opts(3))
+            .await
+            .expect("register");
+        let lease = host.lease_id().expect("lease");
+        let events = host.subscribe();
+        hosts.push((host, lease, events));
+    }
     let leader = etcd
         .wait_leader_other_than(None, Duration::from_secs(10))
         .await;
@@ -354,16 +361,21 @@ async fn one_member_stalled_longer_than_the_ttl_is_not_a_lost_registration() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     etcd.resume(follower);
     let survivors = etcd.client_to(&etcd.endpoints_except(follower)).await;
-    let (_, key_lease, _) = get(&survivors, "/coord/hosts/h-stall").await.expect("key");
-    assert_eq!(LeaseId(key_lease), lease);
-    assert_eq!(host.lease_id(), Some(lease));
-    while let Ok(e) = events.try_recv() {
-        assert!(
-            !matches!(e, LivenessEvent::Lost { .. }),
-            "one stalled member caused {e:?}"
-        );
+    for (i, (host, lease, events)) in hosts.iter_mut().enumerate() {
+        let key = format!("/coord/hosts/h-stall-{i}");
+        let (_, key_lease, _) = get(&survivors, &key).await.expect("key");
+        assert_eq!(LeaseId(key_lease), *lease, "{key}");
+        assert_eq!(host.lease_id(), Some(*lease), "{key}");
+        while let Ok(e) = events.try_recv() {
+            assert!(
+                !matches!(e, LivenessEvent::Lost { .. }),
+                "one stalled member caused {e:?} for {key}"
+            );
+        }
     }
-    host.stop().await.expect("stop");
+    for (host, _, _) in &hosts {
+        host.stop().await.expect("stop");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
