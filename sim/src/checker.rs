@@ -1,0 +1,428 @@
+//! Invariants, checked over a recorded [`History`] by an outside observer,
+//! never by the code under test. Liveness invariants:
+//!
+//! - **lease matches**: whenever a running host reports `Registered{L}`,
+//!   its key exists in etcd attached to `L`;
+//! - **back after heal**: once everything heals, every host is registered
+//!   (and its key attached to the lease it reports) within
+//!   [`heal_bound`](crate::harness::heal_bound);
+//! - **crashed key expires**: a crashed host's key is gone within its TTL
+//!   plus expiry slack (counted from the last etcd leader change, which
+//!   restarts TTLs);
+//! - **no ghost**: after `stop` returns, the key is gone and never returns;
+//! - **stop works and ends the task**: `stop` succeeds once faults are
+//!   healed, and the handle's task ends.
+//!
+//! It also measures detection latency (crash to key gone) and heal latency
+//! (path to etcd clear to registered again).
+
+use std::time::Duration;
+
+use coord::LivenessStatus;
+
+use crate::harness::{heal_bound, EXPIRY_SLACK};
+use crate::history::{Condition, History, HostSample, What, SAMPLE_EVERY};
+use crate::schedule::{Case, Fault};
+
+/// Which invariant failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Invariant {
+    /// A host reported a lease its key is not attached to.
+    LeaseMatches,
+    /// A host was not registered within the bound after the heal.
+    BackAfterHeal,
+    /// A crashed host's key outlived its TTL plus slack.
+    CrashedKeyExpires,
+    /// A key was present after its host stopped.
+    NoGhost,
+    /// `stop` failed or the task kept running.
+    StopEndsTask,
+    /// The simulation panicked.
+    NoPanic,
+}
+
+/// One violation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which invariant.
+    pub invariant: Invariant,
+    /// Virtual ms.
+    pub at_ms: u64,
+    /// The host, if one.
+    pub host: Option<usize>,
+    /// What was seen.
+    pub detail: String,
+}
+
+/// What the checker found and measured.
+#[derive(Debug, Clone, Default)]
+pub struct Verdict {
+    /// Violations (at most one per invariant and host).
+    pub violations: Vec<Violation>,
+    /// Individual checks made.
+    pub checks: u64,
+    /// Crash to key gone, ms.
+    pub detection_ms: Vec<u64>,
+    /// Path clear to registered again, ms.
+    pub heal_ms: Vec<u64>,
+}
+
+impl Verdict {
+    fn violate(&mut self, invariant: Invariant, at_ms: u64, host: Option<usize>, detail: String) {
+        let dup = self
+            .violations
+            .iter()
+            .any(|v| v.invariant == invariant && v.host == host);
+        if !dup {
+            self.violations.push(Violation {
+                invariant,
+                at_ms,
+                host,
+                detail,
+            });
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Registered, with its key attached to the lease it reports.
+fn healthy(s: &HostSample) -> bool {
+    match (&s.status, s.key_lease) {
+        (Some(LivenessStatus::Registered { lease }), Some(k)) => lease.0 == k,
+        _ => false,
+    }
+}
+
+/// Checks every invariant over `history` of `case`.
+pub fn check(case: &Case, history: &History) -> Verdict {
+    let mut v = Verdict::default();
+    let samples: Vec<(u64, &Vec<HostSample>)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::Sample(s) => Some((r.at_ms, s)),
+            _ => None,
+        })
+        .collect();
+    let at_of = |pred: &dyn Fn(&What) -> bool| {
+        history
+            .records
+            .iter()
+            .find(|r| pred(&r.what))
+            .map(|r| r.at_ms)
+    };
+    let heal_at = at_of(&|w| matches!(w, What::HealAll));
+    let stop_all_at = at_of(&|w| matches!(w, What::StopAll));
+
+    lease_matches(history, &samples, &mut v);
+    if let Some(h) = heal_at {
+        back_after_heal(case, history, h, stop_all_at, &samples, &mut v);
+    }
+    crashed_keys_expire(case, history, &samples, &mut v);
+    no_ghost(case, history, &samples, &mut v);
+    heal_latencies(history, &samples, &mut v);
+    v
+}
+
+/// Whenever a running host reports `Registered{L}`, its key is attached to
+/// `L`. Hosts just resumed from a pause get one sampling period to run
+/// their due timers.
+fn lease_matches(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
+    let resumed: Vec<(usize, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Resumed { host } => Some((host, r.at_ms)),
+            _ => None,
+        })
+        .collect();
+    for (at, hosts) in samples {
+        for (i, s) in hosts.iter().enumerate() {
+            if s.condition != Condition::Alive {
+                continue;
+            }
+            let just_resumed = resumed
+                .iter()
+                .any(|(h, r)| *h == i && *at >= *r && *at < *r + ms(SAMPLE_EVERY) * 2);
+            if just_resumed {
+                continue;
+            }
+            if let Some(LivenessStatus::Registered { lease }) = &s.status {
+                v.checks += 1;
+                if s.key_lease != Some(lease.0) {
+                    v.violate(
+                        Invariant::LeaseMatches,
+                        *at,
+                        Some(i),
+                        format!(
+                            "reports Registered under lease {lease} but the key's lease is {:?}",
+                            s.key_lease.map(|l| format!("{l:x}"))
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn back_after_heal(
+    case: &Case,
+    history: &History,
+    heal_at: u64,
+    stop_all_at: Option<u64>,
+    samples: &[(u64, &Vec<HostSample>)],
+    v: &mut Verdict,
+) {
+    let stopped_hosts: Vec<usize> = history
+        .records
+        .iter()
+        .filter(|r| r.at_ms <= heal_at)
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::Stop { host }) => Some(host),
+            _ => None,
+        })
+        .collect();
+    let deadline = heal_at + ms(heal_bound());
+    let Some((at, hosts)) = samples.iter().find(|(at, _)| *at >= deadline) else {
+        return;
+    };
+    if stop_all_at.is_some_and(|s| s <= *at) {
+        return;
+    }
+    for i in 0..case.ttls.len() {
+        if stopped_hosts.contains(&i) {
+            continue;
+        }
+        v.checks += 1;
+        match hosts.get(i) {
+            Some(s) if healthy(s) => {}
+            other => v.violate(
+                Invariant::BackAfterHeal,
+                *at,
+                Some(i),
+                format!(
+                    "not registered {:?} after the heal: {other:?}",
+                    heal_bound()
+                ),
+            ),
+        }
+    }
+}
+
+fn crashed_keys_expire(
+    case: &Case,
+    history: &History,
+    samples: &[(u64, &Vec<HostSample>)],
+    v: &mut Verdict,
+) {
+    let windows = leader_windows(history);
+    for (idx, r) in history.records.iter().enumerate() {
+        let What::Fault(Fault::Crash { host, .. }) = r.what else {
+            continue;
+        };
+        let crashed = r.at_ms;
+        let restarted = history.records[idx..]
+            .iter()
+            .find(|x| matches!(x.what, What::Restarted { host: h } if h == host))
+            .map_or(u64::MAX, |x| x.at_ms);
+        let ttl = case.ttls.get(host).copied().unwrap_or(2).max(2) * 1000;
+        let deadline = expiry_deadline(crashed, ttl, &windows);
+        let gone = samples
+            .iter()
+            .find(|(at, s)| *at >= crashed && *at < restarted && s[host].key_lease.is_none())
+            .map(|(at, _)| *at);
+        if let Some(g) = gone {
+            v.detection_ms.push(g - crashed);
+        }
+        if deadline >= restarted {
+            continue;
+        }
+        for (at, s) in samples
+            .iter()
+            .filter(|(at, _)| *at >= deadline && *at < restarted)
+        {
+            v.checks += 1;
+            if let Some(lease) = s[host].key_lease {
+                v.violate(
+                    Invariant::CrashedKeyExpires,
+                    *at,
+                    Some(host),
+                    format!(
+                        "crashed at {crashed} ms, key still attached to lease {lease:x} at {at} ms"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn no_ghost(case: &Case, history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
+    let stop_all_at = history
+        .records
+        .iter()
+        .find(|r| matches!(r.what, What::StopAll))
+        .map(|r| r.at_ms);
+    let windows = leader_windows(history);
+    // Per host: from when its key must be absent for good.
+    let mut gone_from: Vec<Option<u64>> = vec![None; case.ttls.len()];
+    let mut returned = vec![false; case.ttls.len()];
+    for r in &history.records {
+        match &r.what {
+            What::Stopped { host, result } => {
+                v.checks += 1;
+                if let Some(flag) = returned.get_mut(*host) {
+                    *flag = true;
+                }
+                let ttl = case.ttls.get(*host).copied().unwrap_or(2).max(2) * 1000;
+                let from = match result {
+                    // etcd confirmed the revoke: gone at once.
+                    Ok(()) => r.at_ms,
+                    // Unconfirmed: the lease expires by itself.
+                    Err(coord::Error::RevokeNotConfirmed { .. }) => {
+                        expiry_deadline(r.at_ms, ttl, &windows)
+                    }
+                    Err(e) => {
+                        v.violate(
+                            Invariant::StopEndsTask,
+                            r.at_ms,
+                            Some(*host),
+                            format!("stop failed: {e}"),
+                        );
+                        expiry_deadline(r.at_ms, ttl, &windows)
+                    }
+                };
+                if stop_all_at.is_some_and(|s| r.at_ms >= s) && result.is_err() {
+                    v.violate(
+                        Invariant::StopEndsTask,
+                        r.at_ms,
+                        Some(*host),
+                        format!("stop with every fault healed did not confirm: {result:?}"),
+                    );
+                }
+                if let Some(slot) = gone_from.get_mut(*host) {
+                    *slot = Some(from);
+                }
+            }
+            What::TaskEnded { host, ended } => {
+                v.checks += 1;
+                if !ended {
+                    v.violate(
+                        Invariant::StopEndsTask,
+                        r.at_ms,
+                        Some(*host),
+                        "the handle's task kept running after stop".into(),
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = stop_all_at {
+        for (i, done) in returned.iter().enumerate() {
+            if !done {
+                v.violate(
+                    Invariant::StopEndsTask,
+                    s,
+                    Some(i),
+                    "stop never returned".into(),
+                );
+            }
+        }
+    }
+    for (at, hosts) in samples {
+        for (i, s) in hosts.iter().enumerate() {
+            if let Some(from) = gone_from.get(i).copied().flatten() {
+                if *at > from {
+                    v.checks += 1;
+                    if let Some(lease) = s.key_lease {
+                        v.violate(
+                            Invariant::NoGhost,
+                            *at,
+                            Some(i),
+                            format!(
+                                "key present (lease {lease:x}) after stop (due gone at {from} ms)"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Leader-change windows (start, end): etcd expires nothing without a
+/// leader and restarts every TTL at the window's end.
+fn leader_windows(history: &History) -> Vec<(u64, u64)> {
+    history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+                Some((r.at_ms, r.at_ms + unavailable_ms))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// When a lease last renewed at or before `from` (TTL `ttl_ms`) is surely
+/// expired in etcd, leader changes included.
+fn expiry_deadline(from: u64, ttl_ms: u64, windows: &[(u64, u64)]) -> u64 {
+    let mut deadline = from + ttl_ms + ms(EXPIRY_SLACK);
+    for (start, end) in windows {
+        if *end >= from && *start <= deadline {
+            deadline = deadline.max(end + ttl_ms + ms(EXPIRY_SLACK));
+        }
+    }
+    deadline
+}
+
+/// From each moment a host's path to etcd clears (partition ended, pause
+/// ended, restart, global heal) while it is not registered, to the first
+/// sample where it is, unless a new fault touches it first.
+fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
+    let n = samples.first().map_or(0, |(_, s)| s.len());
+    let mut clears: Vec<(usize, u64)> = Vec::new();
+    for r in &history.records {
+        match r.what {
+            What::PartitionEnded { host } | What::Resumed { host } | What::Restarted { host } => {
+                clears.push((host, r.at_ms))
+            }
+            What::HealAll => clears.extend((0..n).map(|h| (h, r.at_ms))),
+            _ => {}
+        }
+    }
+    let disturbs = |host: usize, from: u64, to: u64| {
+        history.records.iter().any(|r| {
+            r.at_ms > from
+                && r.at_ms <= to
+                && match &r.what {
+                    What::Fault(Fault::Partition { host: h, .. })
+                    | What::Fault(Fault::Pause { host: h, .. })
+                    | What::Fault(Fault::Crash { host: h, .. }) => *h == host,
+                    What::Fault(Fault::LeaderChange { .. } | Fault::DropReplies { .. }) => true,
+                    What::StopAll => true,
+                    _ => false,
+                }
+        })
+    };
+    for (host, at) in clears {
+        let Some((_, first)) = samples.iter().find(|(t, _)| *t >= at) else {
+            continue;
+        };
+        if first.get(host).is_some_and(healthy) {
+            continue;
+        }
+        if let Some((t, _)) = samples
+            .iter()
+            .find(|(t, s)| *t >= at && s.get(host).is_some_and(healthy))
+        {
+            if !disturbs(host, at, *t) {
+                v.heal_ms.push(t - at);
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! `EtcdApi` over madsim's network to the simulated etcd server: what the
+//! real driver runs on inside the simulator.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId};
+use madsim::net::Endpoint;
+
+use crate::wire::{Envelope, Reply, Request, StreamBody, StreamMessage, REQUEST_TAG};
+
+/// A client of the simulated etcd. Cheap to clone. Requests whose packets
+/// are dropped (a partition) never complete; the driver's deadlines end
+/// them, as with a blackholed real etcd.
+#[derive(Clone)]
+pub struct SimEtcd {
+    ep: Endpoint,
+    server: SocketAddr,
+    client: u64,
+    tags: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for SimEtcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimEtcd")
+            .field("server", &self.server)
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+impl SimEtcd {
+    /// Binds an endpoint on the current node and talks to `server`.
+    /// `client` identifies this process in the recorded history.
+    pub async fn connect(server: SocketAddr, client: u64) -> std::io::Result<SimEtcd> {
+        let ep = Endpoint::bind("0.0.0.0:0").await?;
+        Ok(SimEtcd {
+            ep,
+            server,
+            client,
+            // A restarted process may get the same address as its previous
+            // incarnation, whose stream messages can still be in flight:
+            // start tags at a (seeded) random point so they never collide.
+            tags: Arc::new(AtomicU64::new(
+                (madsim::rand::random::<u64>() >> 1) | (REQUEST_TAG + 1),
+            )),
+        })
+    }
+
+    fn tag(&self) -> u64 {
+        self.tags.fetch_add(1, Ordering::Relaxed)
+    }
+
+    async fn send(&self, reply_tag: u64, request: Request) -> Result<(), EtcdError> {
+        let envelope = Envelope {
+            reply_tag,
+            client: self.client,
+            request,
+        };
+        self.ep
+            .send_to_raw(self.server, REQUEST_TAG, Box::new(envelope))
+            .await
+            .map_err(|e| EtcdError::Unavailable(e.to_string()))
+    }
+
+    async fn call(&self, request: Request) -> Result<Reply, EtcdError> {
+        let tag = self.tag();
+        self.send(tag, request).await?;
+        let (payload, _) = self
+            .ep
+            .recv_from_raw(tag)
+            .await
+            .map_err(|e| EtcdError::Indeterminate(e.to_string()))?;
+        payload
+            .downcast::<Reply>()
+            .map(|r| *r)
+            .map_err(|_| EtcdError::Other("unexpected reply type".into()))
+    }
+}
+
+fn done(r: Reply) -> Result<(), EtcdError> {
+    match r {
+        Reply::Done => Ok(()),
+        Reply::Failed(e) => Err(e),
+        Reply::Granted { .. } => Err(EtcdError::Other("unexpected grant".into())),
+    }
+}
+
+/// Sends keep-alives on a simulated stream.
+pub struct SimKeeper {
+    etcd: SimEtcd,
+    lease: i64,
+    stream: u64,
+}
+
+/// Receives a simulated stream's replies, in order.
+pub struct SimReplies {
+    ep: Endpoint,
+    stream: u64,
+    next: u64,
+    early: BTreeMap<u64, StreamBody>,
+    ended: bool,
+}
+
+impl KeepAliveSender for SimKeeper {
+    async fn send(&mut self) -> Result<(), EtcdError> {
+        let request = Request::KeepAlive {
+            lease: self.lease,
+            stream: self.stream,
+            open: false,
+        };
+        self.etcd.send(self.stream, request).await
+    }
+}
+
+impl KeepAliveReplies for SimReplies {
+    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        if self.ended {
+            return None;
+        }
+        loop {
+            if let Some(body) = self.early.remove(&self.next) {
+                self.next += 1;
+                return Some(match body {
+                    StreamBody::Ttl(ttl) => Ok(ttl),
+                    StreamBody::Broken(why) => {
+                        self.ended = true;
+                        Err(EtcdError::Indeterminate(why))
+                    }
+                });
+            }
+            let Ok((payload, _)) = self.ep.recv_from_raw(self.stream).await else {
+                self.ended = true;
+                return Some(Err(EtcdError::Indeterminate("endpoint closed".into())));
+            };
+            if let Ok(msg) = payload.downcast::<StreamMessage>() {
+                let StreamMessage { seq, body } = *msg;
+                if seq >= self.next {
+                    self.early.insert(seq, body);
+                }
+            }
+        }
+    }
+}
+
+impl EtcdApi for SimEtcd {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        match self.call(Request::Grant { ttl: ttl_secs }).await? {
+            Reply::Granted { lease, ttl } => Ok(Granted {
+                lease: LeaseId(lease),
+                ttl_secs: ttl,
+            }),
+            Reply::Failed(e) => Err(e),
+            Reply::Done => Err(EtcdError::Other("unexpected reply".into())),
+        }
+    }
+
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        done(self.call(Request::Revoke { lease: lease.0 }).await?)
+    }
+
+    async fn put_if_changed(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<(), EtcdError> {
+        done(
+            self.call(Request::PutIfChanged {
+                key,
+                value,
+                lease: lease.0,
+            })
+            .await?,
+        )
+    }
+
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
+        let stream = self.tag();
+        let open = Request::KeepAlive {
+            lease: lease.0,
+            stream,
+            open: true,
+        };
+        self.send(stream, open).await?;
+        Ok((
+            SimKeeper {
+                etcd: self.clone(),
+                lease: lease.0,
+                stream,
+            },
+            SimReplies {
+                ep: self.ep.clone(),
+                stream,
+                next: 0,
+                early: BTreeMap::new(),
+                ended: false,
+            },
+        ))
+    }
+}

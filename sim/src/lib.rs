@@ -1,0 +1,31 @@
+//! # coord-sim: deterministic simulation of coord under faults
+//!
+//! Runs the real `coord-core` machines and the real `coord` driver under
+//! madsim against a model of etcd, with proptest-generated fault schedules
+//! (etcd leader changes, compactions, partitions, GC pauses, crashes,
+//! unanswered requests), and checks invariants over the recorded history.
+//!
+//! Everything here needs `--cfg madsim`; without it the crate is empty and
+//! the `coord-sim` binary re-runs itself under madsim (see `main.rs`).
+
+#![forbid(unsafe_code)]
+
+#[cfg(madsim)]
+pub mod checker;
+#[cfg(madsim)]
+pub mod client;
+#[cfg(madsim)]
+pub mod harness;
+#[cfg(madsim)]
+pub mod history;
+pub mod model;
+#[cfg(madsim)]
+pub mod report;
+#[cfg(madsim)]
+pub mod runner;
+#[cfg(madsim)]
+pub mod schedule;
+#[cfg(madsim)]
+pub mod server;
+#[cfg(madsim)]
+pub mod wire;

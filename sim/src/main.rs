@@ -1,0 +1,183 @@
+//! `coord-sim`: the simulation campaign, coord's main job.
+//!
+//! ```text
+//! cargo run --release -p coord-sim -- [--seeds N] [--start S] [--hosts N]
+//!                                     [--faults N] [--duration SECS] [--jobs N]
+//! cargo run --release -p coord-sim -- --seed S      # replay one run, print its timeline
+//! ```
+//!
+//! Built normally, this binary rebuilds and runs itself under madsim
+//! (`RUSTFLAGS="--cfg madsim"`, target dir `target/sim`): no etcd and no
+//! protoc are needed.
+
+#![forbid(unsafe_code)]
+
+#[cfg(not(madsim))]
+fn main() {
+    use std::process::Command;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
+    if !rustflags.contains("--cfg madsim") {
+        rustflags = format!("{rustflags} --cfg madsim").trim().to_string();
+    }
+    eprintln!("coord-sim: building and running under madsim (target/sim; the first build takes a few minutes)");
+    let status = Command::new(cargo)
+        .current_dir(&root)
+        .env("RUSTFLAGS", rustflags)
+        .env("CARGO_TARGET_DIR", root.join("target/sim"))
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "coord-sim",
+            "--bin",
+            "coord-sim",
+            "--",
+        ])
+        .args(std::env::args_os().skip(1))
+        .status();
+    match status {
+        Ok(s) => std::process::exit(s.code().unwrap_or(1)),
+        Err(e) => {
+            eprintln!("coord-sim: cannot run cargo: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(madsim)]
+fn main() {
+    std::process::exit(campaign::main());
+}
+
+#[cfg(madsim)]
+mod campaign {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
+
+    use coord_sim::report::{timeline, Summary};
+    use coord_sim::runner::run_case;
+    use coord_sim::schedule::{Case, Shape};
+
+    struct Args {
+        seeds: u64,
+        start: u64,
+        replay: Option<u64>,
+        shape: Shape,
+        jobs: usize,
+    }
+
+    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS]";
+
+    fn parse() -> Result<Args, String> {
+        let mut a = Args {
+            seeds: 400,
+            start: 1,
+            replay: None,
+            shape: Shape::default(),
+            jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            if flag == "--help" || flag == "-h" {
+                return Err(USAGE.into());
+            }
+            let value = it
+                .next()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+            let n: u64 = value
+                .parse()
+                .map_err(|_| format!("{flag}: not a number: {value}\n{USAGE}"))?;
+            match flag.as_str() {
+                "--seeds" => a.seeds = n,
+                "--start" => a.start = n,
+                "--seed" => a.replay = Some(n),
+                "--hosts" => a.shape.max_hosts = usize::try_from(n.clamp(1, 50)).unwrap_or(10),
+                "--faults" => a.shape.max_faults = usize::try_from(n.min(500)).unwrap_or(20),
+                "--duration" => a.shape.phase1 = Duration::from_secs(n.max(1)),
+                "--jobs" => a.jobs = usize::try_from(n.clamp(1, 64)).unwrap_or(2),
+                _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
+            }
+        }
+        Ok(a)
+    }
+
+    fn replay_command(seed: u64, shape: Shape) -> String {
+        let d = Shape::default();
+        let mut cmd = format!("cargo run --release -p coord-sim -- --seed {seed}");
+        if shape.max_hosts != d.max_hosts {
+            cmd += &format!(" --hosts {}", shape.max_hosts);
+        }
+        if shape.max_faults != d.max_faults {
+            cmd += &format!(" --faults {}", shape.max_faults);
+        }
+        if shape.phase1 != d.phase1 {
+            cmd += &format!(" --duration {}", shape.phase1.as_secs());
+        }
+        cmd
+    }
+
+    pub fn main() -> i32 {
+        let args = match parse() {
+            Ok(a) => a,
+            Err(msg) => {
+                eprintln!("{msg}");
+                return 2;
+            }
+        };
+        if let Some(seed) = args.replay {
+            let r = run_case(&Case::generate(seed, args.shape));
+            print!("{}", timeline(&r));
+            return i32::from(!r.passed());
+        }
+        let wall = Instant::now();
+        let next = Arc::new(AtomicU64::new(args.start));
+        let end = args.start.saturating_add(args.seeds);
+        let (tx, rx) = mpsc::channel();
+        let workers: Vec<_> = (0..args.jobs)
+            .map(|_| {
+                let next = Arc::clone(&next);
+                let tx = tx.clone();
+                let shape = args.shape;
+                std::thread::spawn(move || loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        return;
+                    }
+                    if tx.send(run_case(&Case::generate(seed, shape))).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut summary = Summary::default();
+        let mut last = Instant::now();
+        for r in rx {
+            summary.add(r);
+            if last.elapsed() >= Duration::from_secs(1) || summary.seeds == args.seeds {
+                eprintln!(
+                    "[{:>5}/{}] {:>5.1}s wall, {} failed",
+                    summary.seeds,
+                    args.seeds,
+                    wall.elapsed().as_secs_f64(),
+                    summary.failures.len()
+                );
+                last = Instant::now();
+            }
+        }
+        for w in workers {
+            let _ = w.join();
+        }
+        let shape = args.shape;
+        print!("{}", summary.table(&|seed| replay_command(seed, shape)));
+        println!("wall time {:.1}s", wall.elapsed().as_secs_f64());
+        i32::from(!summary.failures.is_empty())
+    }
+}

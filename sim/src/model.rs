@@ -1,0 +1,582 @@
+//! A model of the etcd v3 semantics coord relies on: one global revision;
+//! keys with create/mod revision, version and lease; range by prefix;
+//! put/delete with prev kv; transactions with compares on create revision,
+//! mod revision, version, value and lease; leases with TTL, expiry (deleting
+//! attached keys in one revision), keep-alive, revoke and time-to-live;
+//! watch history with prev kv; compaction.
+//!
+//! Pure and deterministic: time comes in as `now` (virtual milliseconds).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A key-value pair as etcd stores it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    /// Key bytes.
+    pub key: Vec<u8>,
+    /// Value bytes.
+    pub value: Vec<u8>,
+    /// Revision of the put that created this incarnation of the key.
+    pub create_revision: i64,
+    /// Revision of the last put.
+    pub mod_revision: i64,
+    /// Puts since creation (1 after the create).
+    pub version: i64,
+    /// Attached lease, 0 for none.
+    pub lease: i64,
+}
+
+/// A watch event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A put; `prev` is the value before, if any.
+    Put {
+        /// The new kv.
+        kv: KeyValue,
+        /// The kv before.
+        prev: Option<KeyValue>,
+    },
+    /// A delete at `revision`; `prev` is the deleted kv.
+    Delete {
+        /// The key.
+        key: Vec<u8>,
+        /// The revision of the delete.
+        revision: i64,
+        /// The deleted kv.
+        prev: KeyValue,
+    },
+}
+
+impl Event {
+    /// The revision the event happened at.
+    pub fn revision(&self) -> i64 {
+        match self {
+            Event::Put { kv, .. } => kv.mod_revision,
+            Event::Delete { revision, .. } => *revision,
+        }
+    }
+
+    /// The key the event is about.
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Event::Put { kv, .. } => &kv.key,
+            Event::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// Model errors, as etcd reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelError {
+    /// "requested lease not found".
+    LeaseNotFound,
+    /// "required revision has been compacted"; carries the compact revision.
+    Compacted(i64),
+    /// "required revision is a future revision".
+    FutureRevision,
+}
+
+/// What a compare looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Create revision (0 if the key is absent).
+    CreateRevision(i64),
+    /// Mod revision (0 if absent).
+    ModRevision(i64),
+    /// Version (0 if absent).
+    Version(i64),
+    /// Value (empty if absent).
+    Value(Vec<u8>),
+    /// Lease (0 if absent or none).
+    Lease(i64),
+}
+
+/// How a compare compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompareOp {
+    /// Equal.
+    Equal,
+    /// Not equal.
+    NotEqual,
+    /// Less.
+    Less,
+    /// Greater.
+    Greater,
+}
+
+/// One compare of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compare {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The comparison.
+    pub op: CompareOp,
+    /// What and against which value.
+    pub target: Target,
+}
+
+/// One operation of a transaction branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOp {
+    /// Put with an optional lease (0 for none).
+    Put {
+        /// Key.
+        key: Vec<u8>,
+        /// Value.
+        value: Vec<u8>,
+        /// Lease.
+        lease: i64,
+    },
+    /// Delete one key.
+    Delete {
+        /// Key.
+        key: Vec<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Lease {
+    ttl: i64,
+    expires_at: u64,
+    keys: BTreeSet<Vec<u8>>,
+}
+
+/// The model of one etcd cluster's state.
+#[derive(Debug, Clone)]
+pub struct EtcdModel {
+    revision: i64,
+    compacted: i64,
+    kvs: BTreeMap<Vec<u8>, KeyValue>,
+    leases: BTreeMap<i64, Lease>,
+    history: Vec<Event>,
+    next_lease: i64,
+    min_ttl: i64,
+}
+
+impl Default for EtcdModel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EtcdModel {
+    /// An empty store at revision 1 (as a fresh etcd reports), with etcd's
+    /// minimum lease TTL under default timing (2 s).
+    pub fn new() -> Self {
+        EtcdModel {
+            revision: 1,
+            compacted: 0,
+            kvs: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            history: Vec::new(),
+            next_lease: 0x694d_0000_0000,
+            min_ttl: 2,
+        }
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    /// The compaction revision (0 if never compacted).
+    pub fn compacted(&self) -> i64 {
+        self.compacted
+    }
+
+    /// Grants a lease; returns its id and the TTL granted (at least the
+    /// minimum TTL).
+    pub fn grant(&mut self, now: u64, ttl: i64) -> (i64, i64) {
+        self.next_lease += 1;
+        let id = self.next_lease;
+        let ttl = ttl.max(self.min_ttl);
+        self.leases.insert(
+            id,
+            Lease {
+                ttl,
+                expires_at: now + ttl_ms(ttl),
+                keys: BTreeSet::new(),
+            },
+        );
+        (id, ttl)
+    }
+
+    /// Renews a lease for its full TTL; returns the TTL, or 0 if the lease
+    /// does not exist (as etcd's keep-alive stream does).
+    pub fn keep_alive(&mut self, now: u64, id: i64) -> i64 {
+        match self.leases.get_mut(&id) {
+            Some(l) => {
+                l.expires_at = now + ttl_ms(l.ttl);
+                l.ttl
+            }
+            None => 0,
+        }
+    }
+
+    /// Remaining TTL in whole seconds (rounded down) and granted TTL, or
+    /// `None` if the lease does not exist.
+    pub fn time_to_live(&self, now: u64, id: i64) -> Option<(i64, i64)> {
+        self.leases.get(&id).map(|l| {
+            let left = l.expires_at.saturating_sub(now) / 1000;
+            (i64::try_from(left).unwrap_or(i64::MAX), l.ttl)
+        })
+    }
+
+    /// Ids of every live lease.
+    pub fn leases(&self) -> Vec<i64> {
+        self.leases.keys().copied().collect()
+    }
+
+    /// Revokes a lease, deleting its keys in one revision.
+    pub fn revoke(&mut self, id: i64) -> Result<(), ModelError> {
+        let lease = self.leases.remove(&id).ok_or(ModelError::LeaseNotFound)?;
+        if !lease.keys.is_empty() {
+            self.revision += 1;
+            for key in lease.keys {
+                self.delete_at(&key, self.revision);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes every lease whose expiry has passed (each in its own
+    /// revision, as etcd's lessor revokes them one by one). Returns them.
+    pub fn expire(&mut self, now: u64) -> Vec<i64> {
+        let due: Vec<i64> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.expires_at <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &due {
+            let _ = self.revoke(*id);
+        }
+        due
+    }
+
+    /// What a new etcd leader does: every lease's TTL starts over at `now`.
+    pub fn reset_lease_ttls(&mut self, now: u64) {
+        for l in self.leases.values_mut() {
+            l.expires_at = now + ttl_ms(l.ttl);
+        }
+    }
+
+    /// Puts `key` (attached to `lease`, 0 for none). Returns the revision.
+    pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<i64, ModelError> {
+        self.txn(
+            &[],
+            &[TxnOp::Put {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                lease,
+            }],
+            &[],
+        )
+        .map(|_| self.revision)
+    }
+
+    /// Deletes `key`; returns the deleted kv, if any.
+    pub fn delete(&mut self, key: &[u8]) -> Option<KeyValue> {
+        let prev = self.kvs.get(key).cloned()?;
+        self.revision += 1;
+        self.delete_at(key, self.revision);
+        Some(prev)
+    }
+
+    /// Runs a transaction: if every compare holds, `success`, else
+    /// `failure`, all in one revision (none if the branch writes nothing).
+    /// Fails without effect if a put names a missing lease. Returns whether
+    /// the compares held.
+    pub fn txn(
+        &mut self,
+        compares: &[Compare],
+        success: &[TxnOp],
+        failure: &[TxnOp],
+    ) -> Result<bool, ModelError> {
+        let held = compares.iter().all(|c| self.holds(c));
+        let ops = if held { success } else { failure };
+        for op in ops {
+            if let TxnOp::Put { lease, .. } = op {
+                if *lease != 0 && !self.leases.contains_key(lease) {
+                    return Err(ModelError::LeaseNotFound);
+                }
+            }
+        }
+        let writes = ops.iter().any(|op| match op {
+            TxnOp::Put { .. } => true,
+            TxnOp::Delete { key } => self.kvs.contains_key(key),
+        });
+        if !writes {
+            return Ok(held);
+        }
+        self.revision += 1;
+        let rev = self.revision;
+        for op in ops {
+            match op {
+                TxnOp::Put { key, value, lease } => self.put_at(key, value, *lease, rev),
+                TxnOp::Delete { key } => self.delete_at(key, rev),
+            }
+        }
+        Ok(held)
+    }
+
+    fn holds(&self, c: &Compare) -> bool {
+        let kv = self.kvs.get(&c.key);
+        let ord = match &c.target {
+            Target::CreateRevision(v) => kv.map_or(0, |k| k.create_revision).cmp(v),
+            Target::ModRevision(v) => kv.map_or(0, |k| k.mod_revision).cmp(v),
+            Target::Version(v) => kv.map_or(0, |k| k.version).cmp(v),
+            Target::Lease(v) => kv.map_or(0, |k| k.lease).cmp(v),
+            Target::Value(v) => kv.map_or(&[][..], |k| &k.value[..]).cmp(&v[..]),
+        };
+        match c.op {
+            CompareOp::Equal => ord.is_eq(),
+            CompareOp::NotEqual => ord.is_ne(),
+            CompareOp::Less => ord.is_lt(),
+            CompareOp::Greater => ord.is_gt(),
+        }
+    }
+
+    fn put_at(&mut self, key: &[u8], value: &[u8], lease: i64, rev: i64) {
+        let prev = self.kvs.get(key).cloned();
+        if let Some(p) = &prev {
+            if p.lease != 0 && p.lease != lease {
+                if let Some(l) = self.leases.get_mut(&p.lease) {
+                    l.keys.remove(key);
+                }
+            }
+        }
+        if lease != 0 {
+            if let Some(l) = self.leases.get_mut(&lease) {
+                l.keys.insert(key.to_vec());
+            }
+        }
+        let kv = KeyValue {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            create_revision: prev.as_ref().map_or(rev, |p| p.create_revision),
+            mod_revision: rev,
+            version: prev.as_ref().map_or(1, |p| p.version + 1),
+            lease,
+        };
+        self.kvs.insert(key.to_vec(), kv.clone());
+        self.history.push(Event::Put { kv, prev });
+    }
+
+    fn delete_at(&mut self, key: &[u8], rev: i64) {
+        if let Some(prev) = self.kvs.remove(key) {
+            if prev.lease != 0 {
+                if let Some(l) = self.leases.get_mut(&prev.lease) {
+                    l.keys.remove(key);
+                }
+            }
+            self.history.push(Event::Delete {
+                key: key.to_vec(),
+                revision: rev,
+                prev,
+            });
+        }
+    }
+
+    /// The kv at `key` now.
+    pub fn get(&self, key: &[u8]) -> Option<&KeyValue> {
+        self.kvs.get(key)
+    }
+
+    /// Every kv whose key starts with `prefix`, at `revision` (the current
+    /// one if `None`), with the revision read at.
+    pub fn range(
+        &self,
+        prefix: &[u8],
+        revision: Option<i64>,
+    ) -> Result<(Vec<KeyValue>, i64), ModelError> {
+        let at = revision.unwrap_or(self.revision);
+        if at > self.revision {
+            return Err(ModelError::FutureRevision);
+        }
+        if at < self.compacted {
+            return Err(ModelError::Compacted(self.compacted));
+        }
+        if at == self.revision {
+            let kvs = self
+                .kvs
+                .range(prefix.to_vec()..)
+                .take_while(|(k, _)| k.starts_with(prefix))
+                .map(|(_, v)| v.clone())
+                .collect();
+            return Ok((kvs, self.revision));
+        }
+        // Rebuild the past state by undoing newer events.
+        let mut state: BTreeMap<Vec<u8>, KeyValue> = self.kvs.clone();
+        for ev in self.history.iter().rev().take_while(|e| e.revision() > at) {
+            match ev {
+                Event::Put { kv, prev } => match prev {
+                    Some(p) => {
+                        state.insert(kv.key.clone(), p.clone());
+                    }
+                    None => {
+                        state.remove(&kv.key);
+                    }
+                },
+                Event::Delete { key, prev, .. } => {
+                    state.insert(key.clone(), prev.clone());
+                }
+            }
+        }
+        let kvs = state
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| v)
+            .collect();
+        Ok((kvs, at))
+    }
+
+    /// Events under `prefix` from revision `from` (inclusive), as a watch
+    /// started there would deliver them; `Compacted` if `from` is at or
+    /// below the compaction revision (and not 0, which means "now").
+    pub fn events_since(&self, prefix: &[u8], from: i64) -> Result<Vec<Event>, ModelError> {
+        if from != 0 && from <= self.compacted {
+            return Err(ModelError::Compacted(self.compacted));
+        }
+        Ok(self
+            .history
+            .iter()
+            .filter(|e| e.revision() >= from && e.key().starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+
+    /// Compacts history up to `rev` (at most the current revision).
+    pub fn compact(&mut self, rev: i64) -> Result<(), ModelError> {
+        if rev > self.revision {
+            return Err(ModelError::FutureRevision);
+        }
+        if rev <= self.compacted {
+            return Err(ModelError::Compacted(self.compacted));
+        }
+        self.compacted = rev;
+        self.history.retain(|e| e.revision() > rev);
+        Ok(())
+    }
+}
+
+fn ttl_ms(ttl: i64) -> u64 {
+    u64::try_from(ttl).unwrap_or(0).saturating_mul(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn revisions_versions_and_prev_kv() {
+        let mut m = EtcdModel::new();
+        assert_eq!(m.put(b"/a", b"1", 0), Ok(2));
+        assert_eq!(m.put(b"/a", b"2", 0), Ok(3));
+        let kv = m.get(b"/a").unwrap();
+        assert_eq!((kv.create_revision, kv.mod_revision, kv.version), (2, 3, 2));
+        assert_eq!(m.delete(b"/a").map(|p| p.value), Some(b"2".to_vec()));
+        assert_eq!(m.revision(), 4);
+        assert_eq!(m.delete(b"/a"), None, "deleting nothing is no revision");
+        assert_eq!(m.revision(), 4);
+        let evs = m.events_since(b"/", 3).unwrap();
+        assert_eq!(evs.len(), 2);
+        assert!(matches!(&evs[1], Event::Delete { revision: 4, prev, .. } if prev.value == b"2"));
+    }
+
+    #[test]
+    fn leases_expire_their_keys_and_ttl_resets_on_leader_change() {
+        let mut m = EtcdModel::new();
+        let (id, ttl) = m.grant(0, 1);
+        assert_eq!(ttl, 2, "minimum TTL");
+        m.put(b"/h/1", b"x", id).unwrap();
+        assert_eq!(m.put(b"/h/2", b"x", 999), Err(ModelError::LeaseNotFound));
+        assert!(m.expire(1999).is_empty());
+        assert_eq!(m.keep_alive(1500, id), 2);
+        assert!(m.expire(3000).is_empty());
+        m.reset_lease_ttls(3400);
+        assert!(m.expire(5000).is_empty());
+        assert_eq!(m.expire(5400), vec![id]);
+        assert_eq!(m.get(b"/h/1"), None);
+        assert_eq!(m.keep_alive(5500, id), 0);
+        assert_eq!(m.revoke(id), Err(ModelError::LeaseNotFound));
+    }
+
+    #[test]
+    fn revoke_deletes_all_keys_in_one_revision() {
+        let mut m = EtcdModel::new();
+        let (id, _) = m.grant(0, 10);
+        m.put(b"/a", b"1", id).unwrap();
+        m.put(b"/b", b"1", id).unwrap();
+        let before = m.revision();
+        m.revoke(id).unwrap();
+        assert_eq!(m.revision(), before + 1);
+        assert!(m.range(b"/", None).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn moving_a_key_to_another_lease_detaches_it_from_the_old_one() {
+        let mut m = EtcdModel::new();
+        let (a, _) = m.grant(0, 10);
+        let (b, _) = m.grant(0, 10);
+        m.put(b"/k", b"v", a).unwrap();
+        m.put(b"/k", b"v", b).unwrap();
+        m.revoke(a).unwrap();
+        assert_eq!(m.get(b"/k").map(|kv| kv.lease), Some(b));
+    }
+
+    #[test]
+    fn txn_compares_and_branches() {
+        let mut m = EtcdModel::new();
+        let (l, _) = m.grant(0, 10);
+        let put_if_changed = |m: &mut EtcdModel| {
+            m.txn(
+                &[
+                    Compare {
+                        key: b"/k".to_vec(),
+                        op: CompareOp::Equal,
+                        target: Target::Lease(l),
+                    },
+                    Compare {
+                        key: b"/k".to_vec(),
+                        op: CompareOp::Equal,
+                        target: Target::Value(b"v".to_vec()),
+                    },
+                ],
+                &[],
+                &[TxnOp::Put {
+                    key: b"/k".to_vec(),
+                    value: b"v".to_vec(),
+                    lease: l,
+                }],
+            )
+        };
+        assert_eq!(put_if_changed(&mut m), Ok(false));
+        let rev = m.revision();
+        assert_eq!(put_if_changed(&mut m), Ok(true));
+        assert_eq!(m.revision(), rev, "an intact key is not rewritten");
+        let c = Compare {
+            key: b"/k".to_vec(),
+            op: CompareOp::Greater,
+            target: Target::CreateRevision(0),
+        };
+        assert_eq!(m.txn(&[c], &[], &[]), Ok(true));
+    }
+
+    #[test]
+    fn compaction_fails_old_reads_and_watches() {
+        let mut m = EtcdModel::new();
+        m.put(b"/a", b"1", 0).unwrap();
+        m.put(b"/a", b"2", 0).unwrap();
+        m.put(b"/b", b"1", 0).unwrap();
+        let (old, _) = m.range(b"/", Some(2)).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(old[0].value, b"1");
+        m.compact(3).unwrap();
+        assert_eq!(m.range(b"/", Some(2)), Err(ModelError::Compacted(3)));
+        assert_eq!(m.events_since(b"/", 3), Err(ModelError::Compacted(3)));
+        assert_eq!(m.events_since(b"/", 4).unwrap().len(), 1);
+        assert_eq!(m.range(b"/", Some(3)).unwrap().0.len(), 1);
+        assert_eq!(m.compact(3), Err(ModelError::Compacted(3)));
+    }
+}

@@ -1,0 +1,191 @@
+//! Campaign summary and a readable timeline of one run.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use coord::{LivenessEvent, LivenessStatus};
+
+use crate::history::{What, SAMPLE_EVERY};
+use crate::runner::CaseResult;
+
+/// Totals over a campaign.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Cases run.
+    pub seeds: u64,
+    /// Virtual time covered, ms.
+    pub virtual_ms: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Invariant checks made.
+    pub checks: u64,
+    /// Failed cases: seed and violations.
+    pub failures: Vec<CaseResult>,
+    /// Crash to key gone, ms.
+    pub detection_ms: Vec<u64>,
+    /// Path clear to registered again, ms.
+    pub heal_ms: Vec<u64>,
+    /// `stop` calls that etcd confirmed / could not confirm.
+    pub stops: (u64, u64),
+}
+
+impl Summary {
+    /// Adds one case.
+    pub fn add(&mut self, r: CaseResult) {
+        self.seeds += 1;
+        self.virtual_ms += r.virtual_ms;
+        for rec in &r.history.records {
+            match &rec.what {
+                What::Fault(f) => *self.faults.entry(f.kind()).or_default() += 1,
+                What::Stopped { result: Ok(()), .. } => self.stops.0 += 1,
+                What::Stopped { result: Err(_), .. } => self.stops.1 += 1,
+                _ => {}
+            }
+        }
+        self.checks += r.verdict.checks;
+        self.detection_ms.extend(&r.verdict.detection_ms);
+        self.heal_ms.extend(&r.verdict.heal_ms);
+        if !r.passed() {
+            self.failures.push(r);
+        }
+    }
+
+    /// The table printed at the end of a campaign.
+    pub fn table(&self, replay: &dyn Fn(u64) -> String) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "\n{:<34} {:>14}", "seeds run", self.seeds);
+        let secs = self.virtual_ms / 1000;
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "virtual time covered",
+            format!("{}h {:02}m {:02}s", secs / 3600, secs / 60 % 60, secs % 60)
+        );
+        for (kind, n) in &self.faults {
+            let _ = writeln!(out, "{:<34} {:>14}", format!("faults: {kind}"), n);
+        }
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "stops confirmed / unconfirmed",
+            format!("{} / {}", self.stops.0, self.stops.1)
+        );
+        let _ = writeln!(out, "{:<34} {:>14}", "invariant checks", self.checks);
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "violations (failed seeds)",
+            self.failures.len()
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "detection latency p50/p99/max",
+            percentiles(&self.detection_ms)
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "heal latency p50/p99/max",
+            percentiles(&self.heal_ms)
+        );
+        let _ = writeln!(
+            out,
+            "(latencies are sampled every {} ms; detection = crash to key gone, heal = path to etcd clear to registered)",
+            SAMPLE_EVERY.as_millis()
+        );
+        for f in &self.failures {
+            let _ = writeln!(out, "\nFAILED seed {}:", f.case.seed);
+            for v in &f.verdict.violations {
+                let _ = writeln!(
+                    out,
+                    "  {:?} at {} ms host {:?}: {}",
+                    v.invariant, v.at_ms, v.host, v.detail
+                );
+            }
+            let _ = writeln!(out, "  replay: {}", replay(f.case.seed));
+        }
+        out
+    }
+}
+
+fn percentiles(xs: &[u64]) -> String {
+    if xs.is_empty() {
+        return "-".into();
+    }
+    let mut v = xs.to_vec();
+    v.sort_unstable();
+    let at = |p: usize| v[((v.len() - 1) * p) / 100];
+    format!("{}/{}/{} ms", at(50), at(99), v[v.len() - 1])
+}
+
+/// A readable timeline: faults, host events, and changes of each host's key
+/// in etcd (derived from the samples).
+pub fn timeline(r: &CaseResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "seed {}: {} hosts, TTLs {:?} s, {} faults, phase 1 {} ms",
+        r.case.seed,
+        r.case.ttls.len(),
+        r.case.ttls,
+        r.case.faults.len(),
+        r.case.phase1_ms
+    );
+    let mut keys: Vec<Option<i64>> = vec![None; r.case.ttls.len()];
+    let mut states: Vec<Option<LivenessStatus>> = vec![None; r.case.ttls.len()];
+    for rec in &r.history.records {
+        let t = format!("{:>6}.{:03}s", rec.at_ms / 1000, rec.at_ms % 1000);
+        match &rec.what {
+            What::Sample(hosts) => {
+                for (i, s) in hosts.iter().enumerate() {
+                    if keys[i] != s.key_lease {
+                        let what = match s.key_lease {
+                            Some(l) => format!("key attached to lease {l:x}"),
+                            None => "key gone".into(),
+                        };
+                        let _ = writeln!(out, "{t}  etcd    host-{i}: {what}");
+                        keys[i] = s.key_lease;
+                    }
+                    if states[i] != s.status {
+                        states[i] = s.status.clone();
+                    }
+                }
+            }
+            What::Event {
+                host,
+                incarnation,
+                event,
+            } => {
+                let e = match event {
+                    LivenessEvent::Healing {
+                        attempt,
+                        next_at,
+                        last_failure,
+                    } => format!(
+                        "Healing attempt {attempt}, next at {next_at}, after {last_failure:?}"
+                    ),
+                    other => format!("{other:?}"),
+                };
+                let _ = writeln!(out, "{t}  host-{host}#{incarnation}  {e}");
+            }
+            What::Fault(f) => {
+                let _ = writeln!(out, "{t}  FAULT   {f:?}");
+            }
+            other => {
+                let _ = writeln!(out, "{t}  harness {other:?}");
+            }
+        }
+    }
+    for v in &r.verdict.violations {
+        let _ = writeln!(
+            out,
+            "VIOLATION {:?} at {} ms host {:?}: {}",
+            v.invariant, v.at_ms, v.host, v.detail
+        );
+    }
+    if r.passed() {
+        let _ = writeln!(out, "all invariants held ({} checks)", r.verdict.checks);
+    }
+    out
+}

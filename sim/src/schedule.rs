@@ -1,0 +1,221 @@
+//! Fault schedules: a proptest strategy yields a case (simulation seed,
+//! fleet, timed faults); [`Case::generate`] derives one from a single u64 so
+//! any case can be replayed by its seed.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+/// Which way a partition cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Direction {
+    /// Requests from the host are lost.
+    ToEtcd,
+    /// Replies to the host are lost (requests are applied, unanswered).
+    FromEtcd,
+    /// Both.
+    Both,
+}
+
+/// One fault. Host indexes are taken modulo the fleet size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// etcd leader change: streams dropped, `Unavailable` for a window,
+    /// lease TTLs restart at its end.
+    LeaderChange {
+        /// How long etcd has no leader, ms.
+        unavailable_ms: u64,
+    },
+    /// Compaction to the current revision.
+    Compact,
+    /// A host cut off from etcd.
+    Partition {
+        /// Host index.
+        host: usize,
+        /// Which way.
+        direction: Direction,
+        /// For how long, ms.
+        ms: u64,
+    },
+    /// A GC pause of a host.
+    Pause {
+        /// Host index.
+        host: usize,
+        /// For how long, ms.
+        ms: u64,
+    },
+    /// A host process crashes and restarts later.
+    Crash {
+        /// Host index.
+        host: usize,
+        /// Down for, ms.
+        down_ms: u64,
+    },
+    /// etcd applies requests but sends no reply (timeouts with unknown
+    /// outcome).
+    DropReplies {
+        /// For how long, ms.
+        ms: u64,
+    },
+    /// The host's user calls `stop` (in the middle of whatever else is
+    /// going on); the host stays stopped.
+    Stop {
+        /// Host index.
+        host: usize,
+    },
+}
+
+impl Fault {
+    /// A short name for tables.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::LeaderChange { .. } => "leader change",
+            Fault::Compact => "compaction",
+            Fault::Partition { .. } => "partition",
+            Fault::Pause { .. } => "GC pause",
+            Fault::Crash { .. } => "host crash",
+            Fault::DropReplies { .. } => "unanswered requests",
+            Fault::Stop { .. } => "stop under faults",
+        }
+    }
+}
+
+/// A fault at a virtual time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedFault {
+    /// When, ms after the start.
+    pub at_ms: u64,
+    /// What.
+    pub fault: Fault,
+}
+
+/// One simulated run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// The seed this case was generated from (also madsim's seed).
+    pub seed: u64,
+    /// Lease TTL of each host, seconds.
+    pub ttls: Vec<u64>,
+    /// Faults of phase 1, sorted by time.
+    pub faults: Vec<TimedFault>,
+    /// Length of phase 1 (faults on), ms. Phase 2 heals everything.
+    pub phase1_ms: u64,
+}
+
+/// Shape of generated cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Most hosts in a fleet (at least 1).
+    pub max_hosts: usize,
+    /// Most faults in phase 1.
+    pub max_faults: usize,
+    /// Phase 1 length.
+    pub phase1: Duration,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape {
+            max_hosts: 10,
+            max_faults: 20,
+            phase1: Duration::from_secs(120),
+        }
+    }
+}
+
+fn fault() -> impl Strategy<Value = Fault> {
+    let direction = prop_oneof![
+        Just(Direction::ToEtcd),
+        Just(Direction::FromEtcd),
+        Just(Direction::Both)
+    ];
+    prop_oneof![
+        (100u64..3_000).prop_map(|unavailable_ms| Fault::LeaderChange { unavailable_ms }),
+        Just(Fault::Compact),
+        (0usize..10, direction, 100u64..30_000).prop_map(|(host, direction, ms)| {
+            Fault::Partition {
+                host,
+                direction,
+                ms,
+            }
+        }),
+        (0usize..10, 100u64..20_000).prop_map(|(host, ms)| Fault::Pause { host, ms }),
+        (0usize..10, 500u64..30_000).prop_map(|(host, down_ms)| Fault::Crash { host, down_ms }),
+        (100u64..5_000).prop_map(|ms| Fault::DropReplies { ms }),
+        (0usize..10).prop_map(|host| Fault::Stop { host }),
+    ]
+}
+
+/// The strategy for cases of a shape.
+pub fn cases(shape: Shape) -> impl Strategy<Value = Case> {
+    let phase1_ms = u64::try_from(shape.phase1.as_millis()).unwrap_or(u64::MAX);
+    (
+        any::<u64>(),
+        proptest::collection::vec(2u64..=10, 1..=shape.max_hosts.max(1)),
+        proptest::collection::vec((0..phase1_ms.max(1), fault()), 0..=shape.max_faults),
+    )
+        .prop_map(move |(seed, ttls, faults)| {
+            let n = ttls.len();
+            let mut faults: Vec<TimedFault> = faults
+                .into_iter()
+                .map(|(at_ms, fault)| TimedFault {
+                    at_ms,
+                    fault: bound_host(fault, n),
+                })
+                .collect();
+            faults.sort_by_key(|f| f.at_ms);
+            Case {
+                seed,
+                ttls,
+                faults,
+                phase1_ms,
+            }
+        })
+}
+
+fn bound_host(fault: Fault, n: usize) -> Fault {
+    match fault {
+        Fault::Partition {
+            host,
+            direction,
+            ms,
+        } => Fault::Partition {
+            host: host % n,
+            direction,
+            ms,
+        },
+        Fault::Pause { host, ms } => Fault::Pause { host: host % n, ms },
+        Fault::Crash { host, down_ms } => Fault::Crash {
+            host: host % n,
+            down_ms,
+        },
+        Fault::Stop { host } => Fault::Stop { host: host % n },
+        other => other,
+    }
+}
+
+impl Case {
+    /// The case for `seed`: the strategy sampled with an RNG seeded by it,
+    /// so `generate(seed, shape)` always gives the same case.
+    pub fn generate(seed: u64, shape: Shape) -> Case {
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &key);
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+        let mut case = match cases(shape).new_tree(&mut runner) {
+            Ok(tree) => tree.current(),
+            // The strategy has no filters, so this cannot happen; a case
+            // with no faults keeps the campaign going if it ever does.
+            Err(_) => Case {
+                seed,
+                ttls: vec![3],
+                faults: Vec::new(),
+                phase1_ms: 0,
+            },
+        };
+        case.seed = seed;
+        case
+    }
+}
