@@ -504,17 +504,44 @@ enum State {
         resume: Option<Resumable>,
         first: bool,
     },
-    Stopping {
-        deadline: Instant,
-        /// The lease whose fate `Stopped` reports, and its revoke op.
-        primary: Option<(OpId, LeaseId)>,
-        /// A grant in flight at stop: its lease is revoked when it arrives.
-        pending_grant: Option<OpId>,
-        /// Revokes of late grants, waited for but not reported.
-        extra: BTreeMap<OpId, LeaseId>,
-        result: RevokeOutcome,
-    },
+    Stopping(Stopping),
     Stopped,
+}
+
+/// The revoke of the lease whose fate `Stopped` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Revoking {
+    /// In flight as `op`.
+    InFlight { op: OpId, lease: LeaseId },
+    /// The last try failed; the next one goes at `at`.
+    RetryAt { at: Instant, lease: LeaseId },
+}
+
+/// What stop still waits for. Failed revokes are retried (paced by the
+/// fast backoff) until `deadline`; then whatever is left is given up and
+/// the lease left to expire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stopping {
+    deadline: Instant,
+    primary: Option<Revoking>,
+    /// A grant in flight at stop: its lease is revoked when it arrives.
+    pending_grant: Option<OpId>,
+    /// Revokes of late grants, waited for but not reported.
+    extra: BTreeMap<OpId, LeaseId>,
+    result: RevokeOutcome,
+}
+
+impl Stopping {
+    fn done(&self) -> bool {
+        self.primary.is_none() && self.pending_grant.is_none() && self.extra.is_empty()
+    }
+
+    fn next_deadline(&self) -> Instant {
+        match self.primary {
+            Some(Revoking::RetryAt { at, .. }) => at.min(self.deadline),
+            _ => self.deadline,
+        }
+    }
 }
 
 /// The liveness state machine. See the module docs for the protocol.
@@ -565,7 +592,7 @@ impl Liveness {
                 }
             }
             State::Held { lease, .. } => LivenessState::Registered { lease: lease.id },
-            State::Stopping { .. } => LivenessState::Stopping,
+            State::Stopping(_) => LivenessState::Stopping,
             State::Stopped => LivenessState::Stopped,
         }
     }
@@ -605,7 +632,7 @@ impl Liveness {
                 } => (*retry_at).min(*expires_at),
             }),
             State::Waiting { next_at, .. } => Some(*next_at),
-            State::Stopping { deadline, .. } => Some(*deadline),
+            State::Stopping(stopping) => Some(stopping.next_deadline()),
         }
     }
 
@@ -656,7 +683,7 @@ impl Liveness {
                 self.begin_grant(now, true);
                 Ok(())
             }
-            State::Stopping { .. } | State::Stopped => Err(UsageError::Stopped),
+            State::Stopping(_) | State::Stopped => Err(UsageError::Stopped),
             _ => Err(UsageError::AlreadyStarted),
         }
     }
@@ -804,24 +831,34 @@ impl Liveness {
                 Some(r) => self.begin_open(now, r.lease, true, first),
                 None => self.begin_grant(now, first),
             },
-            State::Stopping {
-                deadline,
-                primary,
-                pending_grant,
-                extra,
-                result,
-            } if now >= deadline => {
+            State::Stopping(st) if now >= st.deadline => {
                 // Whatever is still outstanding is given up: an unconfirmed
                 // revoke leaves the lease to expire by its TTL.
-                let mut result = result;
-                if let Some((op, lease)) = primary {
-                    self.cmd(Command::Abandon { op });
-                    result = RevokeOutcome::NotConfirmed(lease);
+                let mut result = st.result;
+                match st.primary {
+                    Some(Revoking::InFlight { op, lease }) => {
+                        self.cmd(Command::Abandon { op });
+                        result = RevokeOutcome::NotConfirmed(lease);
+                    }
+                    Some(Revoking::RetryAt { lease, .. }) => {
+                        result = RevokeOutcome::NotConfirmed(lease);
+                    }
+                    None => {}
                 }
-                for op in pending_grant.into_iter().chain(extra.into_keys()) {
+                for op in st.pending_grant.into_iter().chain(st.extra.into_keys()) {
                     self.cmd(Command::Abandon { op });
                 }
                 self.finish_stop(result);
+            }
+            State::Stopping(mut st) => {
+                if let Some(Revoking::RetryAt { at, lease }) = st.primary {
+                    if now >= at {
+                        let op = self.op();
+                        self.cmd(Command::Revoke { op, lease });
+                        st.primary = Some(Revoking::InFlight { op, lease });
+                    }
+                }
+                self.state = State::Stopping(st);
             }
             other => self.state = other,
         }
@@ -931,22 +968,7 @@ impl Liveness {
                 step,
                 first,
             } if want == op => self.on_step_done(now, step, first, outcome, deadline, op),
-            State::Stopping {
-                deadline,
-                primary,
-                pending_grant,
-                extra,
-                result,
-            } => self.on_stopping_done(
-                now,
-                op,
-                outcome,
-                deadline,
-                primary,
-                pending_grant,
-                extra,
-                result,
-            ),
+            State::Stopping(st) => self.on_stopping_done(now, op, outcome, st),
             other => self.state = other,
         }
     }
@@ -1253,7 +1275,7 @@ impl Liveness {
                 None => self.finish_stop(RevokeOutcome::NothingToRevoke),
             },
             // Idempotent: a second stop changes nothing.
-            other @ (State::Stopping { .. } | State::Stopped) => self.state = other,
+            other @ (State::Stopping(_) | State::Stopped) => self.state = other,
         }
     }
 
@@ -1266,59 +1288,55 @@ impl Liveness {
         let primary = lease.map(|lease| {
             let op = self.op();
             self.cmd(Command::Revoke { op, lease });
-            (op, lease)
+            Revoking::InFlight { op, lease }
         });
-        self.state = State::Stopping {
+        self.state = State::Stopping(Stopping {
             deadline: now + self.config.request_timeout,
             primary,
             pending_grant,
             extra: BTreeMap::new(),
             result: RevokeOutcome::NothingToRevoke,
-        };
+        });
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn on_stopping_done(
         &mut self,
-        _now: Instant,
+        now: Instant,
         op: OpId,
         outcome: Outcome<Reply>,
-        deadline: Instant,
-        mut primary: Option<(OpId, LeaseId)>,
-        mut pending_grant: Option<OpId>,
-        mut extra: BTreeMap<OpId, LeaseId>,
-        mut result: RevokeOutcome,
+        mut st: Stopping,
     ) {
-        if let Some((want, lease)) = primary {
-            if want == op {
-                primary = None;
-                result = match outcome {
+        match st.primary {
+            Some(Revoking::InFlight { op: want, lease }) if want == op => {
+                st.primary = match outcome {
                     Outcome::Ok(_) | Outcome::Err(Failure::LeaseNotFound) => {
-                        RevokeOutcome::Revoked(lease)
+                        st.result = RevokeOutcome::Revoked(lease);
+                        None
                     }
-                    Outcome::Err(_) | Outcome::Unknown => RevokeOutcome::NotConfirmed(lease),
+                    // Retried until the deadline: one unavailable member or
+                    // a short leader election must not leave the key behind.
+                    Outcome::Err(_) | Outcome::Unknown => Some(Revoking::RetryAt {
+                        at: now + self.backoff.next_delay(FailureClass::Fast),
+                        lease,
+                    }),
                 };
             }
-        } else if pending_grant == Some(op) {
-            pending_grant = None;
-            if let Outcome::Ok(Reply::Granted { lease, .. }) = outcome {
-                let rop = self.op();
-                self.cmd(Command::Revoke { op: rop, lease });
-                extra.insert(rop, lease);
+            _ if st.pending_grant == Some(op) => {
+                st.pending_grant = None;
+                if let Outcome::Ok(Reply::Granted { lease, .. }) = outcome {
+                    let rop = self.op();
+                    self.cmd(Command::Revoke { op: rop, lease });
+                    st.extra.insert(rop, lease);
+                }
             }
-        } else {
-            extra.remove(&op);
+            _ => {
+                st.extra.remove(&op);
+            }
         }
-        if primary.is_none() && pending_grant.is_none() && extra.is_empty() {
-            self.finish_stop(result);
+        if st.done() {
+            self.finish_stop(st.result);
         } else {
-            self.state = State::Stopping {
-                deadline,
-                primary,
-                pending_grant,
-                extra,
-                result,
-            };
+            self.state = State::Stopping(st);
         }
     }
 

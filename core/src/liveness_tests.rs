@@ -784,3 +784,80 @@ fn ttl_is_asked_in_whole_seconds_rounding_up() {
         })]
     );
 }
+
+#[test]
+fn stop_retries_a_failed_revoke_until_it_is_confirmed() {
+    let mut m = registered(StartPolicy::FailFast);
+    m.handle(t(10), Input::Stop).unwrap();
+    let _ = drain(&mut m);
+    m.handle(
+        t(11),
+        Input::Completed {
+            op: OpId(4),
+            outcome: Outcome::Err(Failure::Unavailable("one member down".into())),
+        },
+    )
+    .unwrap();
+    assert!(drain(&mut m).is_empty(), "no verdict yet");
+    assert_eq!(m.state(), LivenessState::Stopping);
+    let retry_at = m.poll_timeout().unwrap();
+    assert!(retry_at > t(11) && retry_at <= t(111), "{retry_at}");
+    m.handle(retry_at, Input::Timeout).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::Revoke {
+            op: OpId(5),
+            lease: LEASE
+        })]
+    );
+    // The failed try's late completion changes nothing.
+    ok(&mut m, retry_at.as_millis() + 1, 4, Reply::Done);
+    assert!(drain(&mut m).is_empty());
+    ok(&mut m, retry_at.as_millis() + 2, 5, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::Revoked(LEASE)
+        })]
+    );
+}
+
+#[test]
+fn stop_gives_up_retrying_at_its_deadline() {
+    let mut m = registered(StartPolicy::FailFast);
+    m.handle(t(10), Input::Stop).unwrap();
+    let _ = drain(&mut m);
+    let mut op = 4;
+    let mut now = 10;
+    loop {
+        m.handle(
+            t(now + 1),
+            Input::Completed {
+                op: OpId(op),
+                outcome: Outcome::Unknown,
+            },
+        )
+        .unwrap();
+        assert!(drain(&mut m).is_empty());
+        now = fire(&mut m);
+        let out = drain(&mut m);
+        if now >= 2010 {
+            assert_eq!(
+                out,
+                vec![ev(Event::Stopped {
+                    revoke: RevokeOutcome::NotConfirmed(LEASE)
+                })]
+            );
+            break;
+        }
+        op += 1;
+        assert_eq!(
+            out,
+            vec![cmd(Command::Revoke {
+                op: OpId(op),
+                lease: LEASE
+            })]
+        );
+    }
+    assert!(m.is_stopped());
+}
