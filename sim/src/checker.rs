@@ -39,6 +39,8 @@ pub enum Invariant {
     StopEndsTask,
     /// The simulation panicked.
     NoPanic,
+    /// The simulator's own plumbing delivered a message of the wrong type.
+    SimulatorSound,
 }
 
 /// One violation.
@@ -117,25 +119,53 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     let heal_at = at_of(&|w| matches!(w, What::HealAll));
     let stop_all_at = at_of(&|w| matches!(w, What::StopAll));
 
-    lease_matches(history, &samples, &mut v);
+    lease_matches(case, history, &samples, &mut v);
     if let Some(h) = heal_at {
         back_after_heal(case, history, h, stop_all_at, &samples, &mut v);
     }
     crashed_keys_expire(case, history, &samples, &mut v);
     no_ghost(case, history, &samples, &mut v);
     heal_latencies(history, &samples, &mut v);
+    for r in &history.records {
+        if let What::SimulatorAnomalies(n) = r.what {
+            v.checks += 1;
+            if n > 0 {
+                v.violate(
+                    Invariant::SimulatorSound,
+                    r.at_ms,
+                    None,
+                    format!("{n} simulated messages arrived with the wrong type"),
+                );
+            }
+        }
+    }
     v
 }
 
 /// Whenever a running host reports `Registered{L}`, its key is attached to
-/// `L`. Hosts just resumed from a pause get one sampling period to run
-/// their due timers.
-fn lease_matches(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
+/// `L`. Hosts just resumed from a pause get two sampling periods to run
+/// their due timers. After its lease is revoked from outside, a host may
+/// claim it until it learns (next keep-alive) or its own deadline passes:
+/// at most one TTL.
+fn lease_matches(
+    case: &Case,
+    history: &History,
+    samples: &[(u64, &Vec<HostSample>)],
+    v: &mut Verdict,
+) {
     let resumed: Vec<(usize, u64)> = history
         .records
         .iter()
         .filter_map(|r| match r.what {
             What::Resumed { host } => Some((host, r.at_ms)),
+            _ => None,
+        })
+        .collect();
+    let revoked: Vec<(usize, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::RevokeLease { host }) => Some((host, r.at_ms)),
             _ => None,
         })
         .collect();
@@ -147,7 +177,11 @@ fn lease_matches(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut
             let just_resumed = resumed
                 .iter()
                 .any(|(h, r)| *h == i && *at >= *r && *at < *r + ms(SAMPLE_EVERY) * 2);
-            if just_resumed {
+            let ttl = case.ttls.get(i).copied().unwrap_or(2).max(2) * 1000;
+            let learning = revoked
+                .iter()
+                .any(|(h, r)| *h == i && *at >= *r && *at <= *r + ttl + ms(SAMPLE_EVERY));
+            if just_resumed || learning {
                 continue;
             }
             if let Some(LivenessStatus::Registered { lease }) = &s.status {
@@ -403,6 +437,7 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
                     What::Fault(Fault::Partition { host: h, .. })
                     | What::Fault(Fault::Pause { host: h, .. })
                     | What::Fault(Fault::Crash { host: h, .. }) => *h == host,
+                    What::Fault(Fault::RevokeLease { host: h }) => *h == host,
                     What::Fault(Fault::LeaderChange { .. } | Fault::DropReplies { .. }) => true,
                     What::StopAll => true,
                     _ => false,

@@ -20,6 +20,7 @@ pub struct SimEtcd {
     server: SocketAddr,
     client: u64,
     tags: Arc<AtomicU64>,
+    anomalies: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for SimEtcd {
@@ -33,8 +34,14 @@ impl std::fmt::Debug for SimEtcd {
 
 impl SimEtcd {
     /// Binds an endpoint on the current node and talks to `server`.
-    /// `client` identifies this process in the recorded history.
-    pub async fn connect(server: SocketAddr, client: u64) -> std::io::Result<SimEtcd> {
+    /// `client` identifies this process in the recorded history; protocol
+    /// anomalies (a message of the wrong type on a tag, which would mean
+    /// the simulator itself mixed up messages) are counted in `anomalies`.
+    pub async fn connect(
+        server: SocketAddr,
+        client: u64,
+        anomalies: Arc<AtomicU64>,
+    ) -> std::io::Result<SimEtcd> {
         let ep = Endpoint::bind("0.0.0.0:0").await?;
         Ok(SimEtcd {
             ep,
@@ -46,6 +53,7 @@ impl SimEtcd {
             tags: Arc::new(AtomicU64::new(
                 (madsim::rand::random::<u64>() >> 1) | (REQUEST_TAG + 1),
             )),
+            anomalies,
         })
     }
 
@@ -73,10 +81,10 @@ impl SimEtcd {
             .recv_from_raw(tag)
             .await
             .map_err(|e| EtcdError::Indeterminate(e.to_string()))?;
-        payload
-            .downcast::<Reply>()
-            .map(|r| *r)
-            .map_err(|_| EtcdError::Other("unexpected reply type".into()))
+        payload.downcast::<Reply>().map(|r| *r).map_err(|_| {
+            self.anomalies.fetch_add(1, Ordering::Relaxed);
+            EtcdError::Other("unexpected reply type".into())
+        })
     }
 }
 
@@ -102,6 +110,7 @@ pub struct SimReplies {
     next: u64,
     early: BTreeMap<u64, StreamBody>,
     ended: bool,
+    anomalies: Arc<AtomicU64>,
 }
 
 impl KeepAliveSender for SimKeeper {
@@ -135,10 +144,15 @@ impl KeepAliveReplies for SimReplies {
                 self.ended = true;
                 return Some(Err(EtcdError::Indeterminate("endpoint closed".into())));
             };
-            if let Ok(msg) = payload.downcast::<StreamMessage>() {
-                let StreamMessage { seq, body } = *msg;
-                if seq >= self.next {
-                    self.early.insert(seq, body);
+            match payload.downcast::<StreamMessage>() {
+                Ok(msg) => {
+                    let StreamMessage { seq, body } = *msg;
+                    if seq >= self.next {
+                        self.early.insert(seq, body);
+                    }
+                }
+                Err(_) => {
+                    self.anomalies.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -200,6 +214,7 @@ impl EtcdApi for SimEtcd {
                 next: 0,
                 early: BTreeMap::new(),
                 ended: false,
+                anomalies: Arc::clone(&self.anomalies),
             },
         ))
     }

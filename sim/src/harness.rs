@@ -109,6 +109,7 @@ struct World {
     etcd_ep: Endpoint,
     slots: Slots,
     recorder: Recorder,
+    anomalies: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl World {
@@ -148,6 +149,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         etcd_ep,
         slots: Arc::new(Mutex::new(Vec::new())),
         recorder: Recorder::default(),
+        anomalies: Arc::default(),
     };
     for (i, ttl) in case.ttls.iter().copied().enumerate() {
         let (stop, _) = watch::channel(false);
@@ -193,6 +195,8 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     let max_ttl = case.ttls.iter().copied().max().unwrap_or(2).max(2);
     sleep(Duration::from_secs(2 * max_ttl) + Duration::from_secs(10)).await;
     sampler.abort();
+    let anomalies = world.anomalies.load(std::sync::atomic::Ordering::Relaxed);
+    world.record(What::SimulatorAnomalies(anomalies));
     world.recorder.snapshot()
 }
 
@@ -204,7 +208,8 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
         (s[i].incarnation, s[i].stop.subscribe())
     };
     let client = (u64::try_from(i).unwrap_or(0) << 32) | incarnation;
-    let Ok(etcd) = SimEtcd::connect(SocketAddr::from((ETCD_IP, ETCD_PORT)), client).await else {
+    let server = SocketAddr::from((ETCD_IP, ETCD_PORT));
+    let Ok(etcd) = SimEtcd::connect(server, client, Arc::clone(&w.anomalies)).await else {
         return;
     };
     let meta = HostMetadata {
@@ -361,6 +366,11 @@ fn inject(w: &World, fault: &Fault) {
                 });
             }
             node.is_some()
+        }
+        Fault::RevokeLease { host } => {
+            let mut st = lock(&w.etcd);
+            let lease = st.model.get(host_key(host).as_bytes()).map(|kv| kv.lease);
+            matches!(lease, Some(l) if l != 0 && st.model.revoke(l).is_ok())
         }
         Fault::Stop { host } => {
             let mut s = slots(&w.slots);

@@ -84,6 +84,9 @@ pub enum What {
     },
     /// A sample of every host.
     Sample(Vec<HostSample>),
+    /// Messages the simulated clients received with the wrong type (the
+    /// simulator's own plumbing mixed them up); recorded at the end.
+    SimulatorAnomalies(u64),
 }
 
 /// A record with its virtual time.

@@ -63,7 +63,7 @@ mod campaign {
 
     use coord_sim::report::{timeline, Summary};
     use coord_sim::runner::run_case;
-    use coord_sim::schedule::{Case, Shape};
+    use coord_sim::schedule::{Case, Generator, Shape};
 
     struct Args {
         seeds: u64,
@@ -71,9 +71,10 @@ mod campaign {
         replay: Option<u64>,
         shape: Shape,
         jobs: usize,
+        generator: Generator,
     }
 
-    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS]";
+    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N] [--generator 1|2]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS] [--generator 1|2]";
 
     fn parse() -> Result<Args, String> {
         let mut a = Args {
@@ -82,6 +83,7 @@ mod campaign {
             replay: None,
             shape: Shape::default(),
             jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            generator: Generator::default(),
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -102,13 +104,20 @@ mod campaign {
                 "--faults" => a.shape.max_faults = usize::try_from(n.min(500)).unwrap_or(20),
                 "--duration" => a.shape.phase1 = Duration::from_secs(n.max(1)),
                 "--jobs" => a.jobs = usize::try_from(n.clamp(1, 64)).unwrap_or(2),
+                "--generator" => {
+                    a.generator = match n {
+                        1 => Generator::V1,
+                        2 => Generator::V2,
+                        _ => return Err(format!("--generator: 1 or 2\n{USAGE}")),
+                    }
+                }
                 _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
             }
         }
         Ok(a)
     }
 
-    fn replay_command(seed: u64, shape: Shape) -> String {
+    fn replay_command(seed: u64, shape: Shape, generator: Generator) -> String {
         let d = Shape::default();
         let mut cmd = format!("cargo run --release -p coord-sim -- --seed {seed}");
         if shape.max_hosts != d.max_hosts {
@@ -119,6 +128,9 @@ mod campaign {
         }
         if shape.phase1 != d.phase1 {
             cmd += &format!(" --duration {}", shape.phase1.as_secs());
+        }
+        if generator == Generator::V1 {
+            cmd += " --generator 1";
         }
         cmd
     }
@@ -132,7 +144,7 @@ mod campaign {
             }
         };
         if let Some(seed) = args.replay {
-            let r = run_case(&Case::generate(seed, args.shape));
+            let r = run_case(&Case::generate_with(seed, args.shape, args.generator));
             print!("{}", timeline(&r));
             return i32::from(!r.passed());
         }
@@ -145,12 +157,14 @@ mod campaign {
                 let next = Arc::clone(&next);
                 let tx = tx.clone();
                 let shape = args.shape;
+                let generator = args.generator;
                 std::thread::spawn(move || loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= end {
                         return;
                     }
-                    if tx.send(run_case(&Case::generate(seed, shape))).is_err() {
+                    let case = Case::generate_with(seed, shape, generator);
+                    if tx.send(run_case(&case)).is_err() {
                         return;
                     }
                 })
@@ -175,8 +189,11 @@ mod campaign {
         for w in workers {
             let _ = w.join();
         }
-        let shape = args.shape;
-        print!("{}", summary.table(&|seed| replay_command(seed, shape)));
+        let (shape, generator) = (args.shape, args.generator);
+        print!(
+            "{}",
+            summary.table(&|seed| replay_command(seed, shape, generator))
+        );
         println!("wall time {:.1}s", wall.elapsed().as_secs_f64());
         i32::from(!summary.failures.is_empty())
     }

@@ -59,6 +59,12 @@ pub enum Fault {
         /// For how long, ms.
         ms: u64,
     },
+    /// Someone revokes the lease the host's key is attached to (as
+    /// `etcdctl lease revoke` would).
+    RevokeLease {
+        /// Host index.
+        host: usize,
+    },
     /// The host's user calls `stop` (in the middle of whatever else is
     /// going on); the host stays stopped.
     Stop {
@@ -78,6 +84,7 @@ impl Fault {
             Fault::Crash { .. } => "host crash",
             Fault::DropReplies { .. } => "unanswered requests",
             Fault::Stop { .. } => "stop under faults",
+            Fault::RevokeLease { .. } => "lease revoked outside",
         }
     }
 }
@@ -125,7 +132,32 @@ impl Default for Shape {
     }
 }
 
-fn fault() -> impl Strategy<Value = Fault> {
+/// Which version of the case generator. A generator is frozen once seeds
+/// have been pinned with it: pinned regressions name their generator, so a
+/// seed always reproduces the schedule it failed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Generator {
+    /// The first fault mix: leader change, compaction, partition, pause,
+    /// crash, unanswered requests.
+    V1,
+    /// V1 plus stop under faults and leases revoked from outside.
+    #[default]
+    V2,
+}
+
+fn fault(generator: Generator) -> BoxedStrategy<Fault> {
+    match generator {
+        Generator::V1 => fault_v1().boxed(),
+        Generator::V2 => prop_oneof![
+            fault_v1(),
+            (0usize..10).prop_map(|host| Fault::Stop { host }),
+            (0usize..10).prop_map(|host| Fault::RevokeLease { host }),
+        ]
+        .boxed(),
+    }
+}
+
+fn fault_v1() -> impl Strategy<Value = Fault> {
     let direction = prop_oneof![
         Just(Direction::ToEtcd),
         Just(Direction::FromEtcd),
@@ -144,17 +176,24 @@ fn fault() -> impl Strategy<Value = Fault> {
         (0usize..10, 100u64..20_000).prop_map(|(host, ms)| Fault::Pause { host, ms }),
         (0usize..10, 500u64..30_000).prop_map(|(host, down_ms)| Fault::Crash { host, down_ms }),
         (100u64..5_000).prop_map(|ms| Fault::DropReplies { ms }),
-        (0usize..10).prop_map(|host| Fault::Stop { host }),
     ]
 }
 
-/// The strategy for cases of a shape.
+/// The strategy for cases of a shape (current generator).
 pub fn cases(shape: Shape) -> impl Strategy<Value = Case> {
+    cases_with(shape, Generator::default())
+}
+
+/// The strategy for cases of a shape with a given generator.
+pub fn cases_with(shape: Shape, generator: Generator) -> impl Strategy<Value = Case> {
     let phase1_ms = u64::try_from(shape.phase1.as_millis()).unwrap_or(u64::MAX);
     (
         any::<u64>(),
         proptest::collection::vec(2u64..=10, 1..=shape.max_hosts.max(1)),
-        proptest::collection::vec((0..phase1_ms.max(1), fault()), 0..=shape.max_faults),
+        proptest::collection::vec(
+            (0..phase1_ms.max(1), fault(generator)),
+            0..=shape.max_faults,
+        ),
     )
         .prop_map(move |(seed, ttls, faults)| {
             let n = ttls.len();
@@ -192,19 +231,26 @@ fn bound_host(fault: Fault, n: usize) -> Fault {
             down_ms,
         },
         Fault::Stop { host } => Fault::Stop { host: host % n },
+        Fault::RevokeLease { host } => Fault::RevokeLease { host: host % n },
         other => other,
     }
 }
 
 impl Case {
-    /// The case for `seed`: the strategy sampled with an RNG seeded by it,
-    /// so `generate(seed, shape)` always gives the same case.
+    /// The case for `seed` (current generator): the strategy sampled with
+    /// an RNG seeded by it, so `generate(seed, shape)` always gives the same
+    /// case.
     pub fn generate(seed: u64, shape: Shape) -> Case {
+        Self::generate_with(seed, shape, Generator::default())
+    }
+
+    /// The case for `seed` from a given generator version.
+    pub fn generate_with(seed: u64, shape: Shape, generator: Generator) -> Case {
         let mut key = [0u8; 32];
         key[..8].copy_from_slice(&seed.to_le_bytes());
         let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &key);
         let mut runner = TestRunner::new_with_rng(Config::default(), rng);
-        let mut case = match cases(shape).new_tree(&mut runner) {
+        let mut case = match cases_with(shape, generator).new_tree(&mut runner) {
             Ok(tree) => tree.current(),
             // The strategy has no filters, so this cannot happen; a case
             // with no faults keeps the campaign going if it ever does.
@@ -217,5 +263,19 @@ impl Case {
         };
         case.seed = seed;
         case
+    }
+}
+
+impl Case {
+    /// A fingerprint of the schedule itself (FNV-1a of its debug text), so a
+    /// pinned seed can assert it still yields the schedule it failed with.
+    pub fn fingerprint(&self) -> u64 {
+        let text = format!("{self:?}");
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in text.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
     }
 }

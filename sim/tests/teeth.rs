@@ -1,0 +1,222 @@
+//! The simulator has teeth: deliberately broken `EtcdApi` wrappers (which
+//! exist only here; nothing in core or driver has a switch for them) must
+//! make the checker report violations within a bounded number of seeds.
+
+#![cfg(madsim)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, LeaseId};
+use coord_sim::checker::Invariant;
+use coord_sim::client::{SimEtcd, SimKeeper, SimReplies};
+use coord_sim::harness::Wrap;
+use coord_sim::runner::run_case_with;
+use coord_sim::schedule::{Case, Shape};
+
+/// Runs seeds 1..=max with `wrap`; returns the first seed whose verdict
+/// has a violation of `invariant`.
+fn first_catch<W: Wrap>(wrap: W, invariant: Invariant, max: u64) -> Option<u64> {
+    (1..=max).find(|seed| {
+        let r = run_case_with(&Case::generate(*seed, Shape::default()), wrap.clone());
+        r.verdict
+            .violations
+            .iter()
+            .any(|v| v.invariant == invariant)
+    })
+}
+
+/// Delegates everything to the simulated client except what a variant
+/// overrides.
+macro_rules! delegate_unary {
+    () => {
+        async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+            self.0.lease_grant(ttl_secs).await
+        }
+        async fn put_if_changed(
+            &self,
+            key: Vec<u8>,
+            value: Vec<u8>,
+            lease: LeaseId,
+        ) -> Result<(), EtcdError> {
+            self.0.put_if_changed(key, value, lease).await
+        }
+    };
+}
+
+/// Claims every revoke succeeded without sending it: stop leaves the key.
+#[derive(Clone)]
+struct SwallowRevoke;
+#[derive(Clone)]
+struct SwallowRevokeApi(SimEtcd);
+
+impl Wrap for SwallowRevoke {
+    type Api = SwallowRevokeApi;
+    fn wrap(&self, etcd: SimEtcd) -> SwallowRevokeApi {
+        SwallowRevokeApi(etcd)
+    }
+}
+
+impl EtcdApi for SwallowRevokeApi {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    delegate_unary!();
+    async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+        Ok(())
+    }
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
+        self.0.lease_keep_alive(lease).await
+    }
+}
+
+#[test]
+fn a_swallowed_revoke_on_stop_is_caught_as_a_ghost() {
+    let seed = first_catch(SwallowRevoke, Invariant::NoGhost, 5);
+    assert!(seed.is_some(), "the checker missed keys left after stop");
+}
+
+/// Answers a dead lease's keep-alive with the last live TTL (as a client
+/// caching TTLs might), so the host never learns its lease is gone.
+#[derive(Clone)]
+struct StaleTtl;
+#[derive(Clone)]
+struct StaleTtlApi(SimEtcd);
+struct StaleReplies {
+    inner: SimReplies,
+    last: i64,
+}
+
+impl Wrap for StaleTtl {
+    type Api = StaleTtlApi;
+    fn wrap(&self, etcd: SimEtcd) -> StaleTtlApi {
+        StaleTtlApi(etcd)
+    }
+}
+
+impl KeepAliveReplies for StaleReplies {
+    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        match self.inner.next().await {
+            Some(Ok(0)) if self.last > 0 => Some(Ok(self.last)),
+            Some(Ok(ttl)) => {
+                self.last = ttl;
+                Some(Ok(ttl))
+            }
+            other => other,
+        }
+    }
+}
+
+impl EtcdApi for StaleTtlApi {
+    type Keeper = SimKeeper;
+    type Replies = StaleReplies;
+    delegate_unary!();
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.0.lease_revoke(lease).await
+    }
+    async fn lease_keep_alive(
+        &self,
+        lease: LeaseId,
+    ) -> Result<(SimKeeper, StaleReplies), EtcdError> {
+        let (k, r) = self.0.lease_keep_alive(lease).await?;
+        Ok((k, StaleReplies { inner: r, last: 0 }))
+    }
+}
+
+#[test]
+fn a_stale_ttl_for_a_dead_lease_is_caught_as_a_lease_mismatch() {
+    let seed = first_catch(StaleTtl, Invariant::LeaseMatches, 40);
+    assert!(
+        seed.is_some(),
+        "the checker missed hosts claiming an expired lease"
+    );
+}
+
+/// A stream layer that wedges: once any keep-alive stream of a process has
+/// broken, that stream and every later one stay open but silent (the
+/// etcd-client #54 shape, made permanent).
+#[derive(Clone)]
+struct SilentStreams;
+#[derive(Clone)]
+struct SilentStreamsApi {
+    inner: SimEtcd,
+    wedged: Arc<AtomicBool>,
+}
+struct SilentReplies {
+    inner: SimReplies,
+    wedged: Arc<AtomicBool>,
+}
+
+impl Wrap for SilentStreams {
+    type Api = SilentStreamsApi;
+    fn wrap(&self, etcd: SimEtcd) -> SilentStreamsApi {
+        SilentStreamsApi {
+            inner: etcd,
+            wedged: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl KeepAliveReplies for SilentReplies {
+    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        if self.wedged.load(Ordering::Relaxed) {
+            return std::future::pending().await;
+        }
+        match self.inner.next().await {
+            Some(Ok(ttl)) => Some(Ok(ttl)),
+            _ => {
+                self.wedged.store(true, Ordering::Relaxed);
+                std::future::pending().await
+            }
+        }
+    }
+}
+
+impl EtcdApi for SilentStreamsApi {
+    type Keeper = SimKeeper;
+    type Replies = SilentReplies;
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.inner.lease_grant(ttl_secs).await
+    }
+    async fn put_if_changed(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<(), EtcdError> {
+        self.inner.put_if_changed(key, value, lease).await
+    }
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.inner.lease_revoke(lease).await
+    }
+    async fn lease_keep_alive(
+        &self,
+        lease: LeaseId,
+    ) -> Result<(SimKeeper, SilentReplies), EtcdError> {
+        let (k, r) = self.inner.lease_keep_alive(lease).await?;
+        Ok((
+            k,
+            SilentReplies {
+                inner: r,
+                wedged: Arc::clone(&self.wedged),
+            },
+        ))
+    }
+}
+
+#[test]
+fn a_wedged_silent_stream_is_caught_as_a_host_that_never_comes_back() {
+    let seed = first_catch(SilentStreams, Invariant::BackAfterHeal, 10);
+    assert!(
+        seed.is_some(),
+        "the checker missed hosts that could not re-register"
+    );
+}
+
+#[test]
+fn the_real_client_passes_the_seeds_the_broken_ones_fail() {
+    for seed in 1..=10 {
+        let r = coord_sim::runner::run_case(&Case::generate(seed, Shape::default()));
+        assert!(r.passed(), "seed {seed}: {:?}", r.verdict.violations);
+    }
+}
