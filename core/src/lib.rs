@@ -25,16 +25,21 @@
 //! ## Machines
 //! - [`liveness::Liveness`]: a host's TTL-lease registration, kept alive
 //!   and healed.
+//! - [`watcher::Watcher`]: a view of the hosts under a prefix that
+//!   converges to etcd's truth, and the events that explain it.
 //! - [`backoff::Backoff`]: retry pacing shared by every machine.
 
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod host_id;
 pub mod ids;
+pub mod kv;
 pub mod liveness;
 pub mod outcome;
 pub mod rng;
 pub mod time;
+pub mod watcher;
 
 pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
 pub use ids::{FencingToken, Key, LeaseId, OpId, Revision};
