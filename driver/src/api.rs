@@ -4,7 +4,9 @@
 
 use std::future::Future;
 
-use coord_core::{Failure, LeaseId, Outcome};
+use coord_core::kv::WatchEvent;
+use coord_core::watcher::{Consistency, Listing, MessageKind};
+use coord_core::{Failure, LeaseId, Outcome, Revision};
 
 /// How an etcd request failed, classified for the state machines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +84,26 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
     type Keeper: KeepAliveSender;
     /// Receives keep-alive replies on an open keep-alive stream.
     type Replies: KeepAliveReplies;
+    /// Sends progress requests on an open watch stream.
+    type WatchControl: WatchControl;
+    /// Receives an open watch stream's messages.
+    type WatchEvents: WatchEvents;
+
+    /// Every key-value under `prefix`, and the revision read at.
+    fn range(
+        &self,
+        prefix: Vec<u8>,
+        consistency: Consistency,
+    ) -> impl Future<Output = Result<Listing, EtcdError>> + Send;
+
+    /// Watches every key under `prefix` from `start_revision`, with prev kv.
+    /// The first message is `Created`; a compacted start revision ends the
+    /// stream with `EtcdError::Compacted`.
+    fn watch(
+        &self,
+        prefix: Vec<u8>,
+        start_revision: Revision,
+    ) -> impl Future<Output = Result<(Self::WatchControl, Self::WatchEvents), EtcdError>> + Send;
 
     /// Grants a lease of `ttl_secs` seconds.
     fn lease_grant(&self, ttl_secs: i64)
@@ -120,4 +142,29 @@ pub trait KeepAliveReplies: Send + 'static {
     /// The next reply's remaining TTL in seconds (0: the lease is gone), an
     /// error, or `None` when the stream ended.
     fn next(&mut self) -> impl Future<Output = Option<Result<i64, EtcdError>>> + Send;
+}
+
+/// One message of a watch stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchMessage {
+    /// Created, events, or a progress notification.
+    pub kind: MessageKind,
+    /// The events (empty unless `kind` is `Events`).
+    pub events: Vec<WatchEvent>,
+    /// The response header's revision.
+    pub revision: Revision,
+}
+
+/// The sending half of a watch stream.
+pub trait WatchControl: Send + 'static {
+    /// Asks for a progress notification. An error means the stream is
+    /// broken.
+    fn request_progress(&mut self) -> impl Future<Output = Result<(), EtcdError>> + Send;
+}
+
+/// The receiving half of a watch stream.
+pub trait WatchEvents: Send + 'static {
+    /// The next message, an error (`Compacted` when the start revision was
+    /// compacted), or `None` when the stream ended.
+    fn next(&mut self) -> impl Future<Output = Option<Result<WatchMessage, EtcdError>>> + Send;
 }

@@ -45,6 +45,12 @@ pub enum Error {
     /// Connecting a client failed (bad endpoint or options).
     #[error("cannot create etcd client: {0}")]
     Connect(String),
+    /// Watcher options out of range; nothing was read.
+    #[error("invalid watcher options: {0}")]
+    InvalidWatcherOptions(coord_core::watcher::ConfigError),
+    /// etcd refused the watcher's first snapshot.
+    #[error("watch failed: {0}")]
+    Watch(coord_core::Failure),
     /// The handle's background task is gone (the handle was dropped or the
     /// runtime shut down).
     #[error("the handle's background task has ended")]

@@ -1,10 +1,17 @@
 //! `EtcdApi` on the real `etcd-client` (not built under the simulator).
 
-use coord_core::LeaseId;
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use coord_core::kv::{KeyValue, WatchEvent};
+use coord_core::watcher::{Consistency, Listing, MessageKind};
+use coord_core::{Key, LeaseId, Revision};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+};
 use tonic::Code;
 
-use crate::api::{EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender};
+use crate::api::{
+    EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents,
+    WatchMessage,
+};
 
 /// Classifies an `etcd-client` error. Connection failures and
 /// `Unavailable` (including "no leader") are fast, definite failures;
@@ -62,9 +69,123 @@ impl KeepAliveReplies for Replies {
     }
 }
 
+/// The request half of a real watch stream.
+pub struct Watching(etcd_client::WatchRequestSender);
+
+/// The response half of a real watch stream.
+pub struct WatchResponses(etcd_client::WatchResponseStream);
+
+impl WatchControl for Watching {
+    async fn request_progress(&mut self) -> Result<(), EtcdError> {
+        self.0.request_progress().await.map_err(classify)
+    }
+}
+
+fn key_value(kv: &etcd_client::KeyValue) -> KeyValue {
+    KeyValue {
+        key: Key(kv.key().to_vec()),
+        value: kv.value().to_vec(),
+        create_revision: Revision(kv.create_revision()),
+        mod_revision: Revision(kv.mod_revision()),
+        lease: LeaseId(kv.lease()),
+    }
+}
+
+fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
+    Revision(h.map_or(0, etcd_client::ResponseHeader::revision))
+}
+
+impl WatchEvents for WatchResponses {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        let resp = match self.0.message().await {
+            Ok(Some(resp)) => resp,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(classify(e))),
+        };
+        let revision = header_revision(resp.header());
+        if resp.canceled() {
+            // etcd 3.4 cancels a watch from a compacted revision with an
+            // empty reason and the compaction revision set.
+            return Some(Err(if resp.compact_revision() > 0 {
+                EtcdError::Compacted {
+                    compact_revision: resp.compact_revision(),
+                }
+            } else {
+                EtcdError::Indeterminate(format!("watch canceled: {}", resp.cancel_reason()))
+            }));
+        }
+        if resp.created() {
+            return Some(Ok(WatchMessage {
+                kind: MessageKind::Created,
+                events: Vec::new(),
+                revision,
+            }));
+        }
+        let mut events = Vec::with_capacity(resp.events().len());
+        for e in resp.events() {
+            let Some(kv) = e.kv() else { continue };
+            let prev = e.prev_kv().map(key_value);
+            events.push(match e.event_type() {
+                EventType::Put => WatchEvent::Put {
+                    kv: key_value(kv),
+                    prev,
+                },
+                EventType::Delete => WatchEvent::Delete {
+                    key: Key(kv.key().to_vec()),
+                    revision: Revision(kv.mod_revision()),
+                    prev,
+                },
+            });
+        }
+        let kind = if events.is_empty() {
+            MessageKind::Progress
+        } else {
+            MessageKind::Events
+        };
+        Some(Ok(WatchMessage {
+            kind,
+            events,
+            revision,
+        }))
+    }
+}
+
 impl EtcdApi for Client {
     type Keeper = Keeper;
     type Replies = Replies;
+    type WatchControl = Watching;
+    type WatchEvents = WatchResponses;
+
+    async fn range(&self, prefix: Vec<u8>, consistency: Consistency) -> Result<Listing, EtcdError> {
+        let mut opts = GetOptions::new().with_prefix();
+        if consistency == Consistency::Serializable {
+            opts = opts.with_serializable();
+        }
+        let resp = Client::get(&mut self.clone(), prefix, Some(opts))
+            .await
+            .map_err(classify)?;
+        Ok(Listing {
+            kvs: resp.kvs().iter().map(key_value).collect(),
+            revision: header_revision(resp.header()),
+        })
+    }
+
+    async fn watch(
+        &self,
+        prefix: Vec<u8>,
+        start_revision: Revision,
+    ) -> Result<(Watching, WatchResponses), EtcdError> {
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(start_revision.0)
+            .with_prev_key()
+            .with_progress_notify();
+        let stream = Client::watch(&mut self.clone(), prefix, Some(opts))
+            .await
+            .map_err(classify)?;
+        let (requests, responses) = stream.split();
+        Ok((Watching(requests), WatchResponses(responses)))
+    }
 
     async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
         let reply = Client::lease_grant(&mut self.clone(), ttl_secs, None)

@@ -3,7 +3,9 @@
 //! Host liveness with self-healing TTL leases, wire-compatible with the Go
 //! library go-coord: a host's JSON metadata lives at
 //! `<prefix><host id>` (default prefix `/coord/hosts/`) under a lease that
-//! a background task keeps alive and heals when it is lost.
+//! a background task keeps alive and heals when it is lost
+//! ([`HostLiveness`]); and a watcher of those hosts whose view converges to
+//! etcd's truth through compactions and broken streams ([`HostWatcher`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), coord::Error> {
@@ -27,16 +29,25 @@ mod connect;
 mod error;
 #[cfg(not(madsim))]
 pub mod etcd;
+mod exec;
 pub mod liveness;
 pub mod metadata;
+pub mod watcher;
 
-pub use api::{EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender};
+pub use api::{
+    EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents,
+    WatchMessage,
+};
 #[cfg(not(madsim))]
 pub use connect::{connect, ConnectOptions};
+pub use coord_core::kv::KeyValue;
 pub use coord_core::liveness::{AttemptFailure, Event as LivenessEvent, LostReason, RevokeOutcome};
+pub use coord_core::watcher::ResyncReason;
+pub use coord_core::Revision;
 pub use coord_core::{BackoffConfig, LeaseId};
 pub use error::Error;
 pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX};
 pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
 };
+pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherOptions};

@@ -15,12 +15,12 @@ use coord_core::liveness::{
 use coord_core::{BackoffConfig, Failure, Key, LeaseId, OpId, Outcome};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::api::{outcome, EtcdApi, KeepAliveReplies, KeepAliveSender};
 use crate::clock::Clock;
 use crate::error::Error;
+use crate::exec::{map_outcome, sleep_until, Tasks};
 use crate::metadata::{validate_host_id, HostMetadata, MAX_METADATA_LEN};
 
 /// go-coord's default key prefix for hosts.
@@ -256,7 +256,7 @@ fn unix_now_ns() -> i64 {
 
 /// FNV-1a of the host id mixed with the start time: distinct per host and
 /// per run, so a fleet restarted together still jitters apart.
-fn default_seed(host_id: &str) -> u64 {
+pub(crate) fn default_seed(host_id: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in host_id.bytes() {
         h ^= u64::from(b);
@@ -277,8 +277,9 @@ struct Runner<A: EtcdApi> {
     first_failure: Option<Error>,
     tx: mpsc::UnboundedSender<Msg>,
     rx: mpsc::UnboundedReceiver<Msg>,
-    requests: BTreeMap<OpId, JoinHandle<()>>,
-    streams: BTreeMap<OpId, (mpsc::UnboundedSender<()>, JoinHandle<()>)>,
+    requests: Tasks,
+    streams: Tasks,
+    sends: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
 }
 
 impl<A: EtcdApi> Runner<A> {
@@ -300,8 +301,9 @@ impl<A: EtcdApi> Runner<A> {
             first_failure: None,
             tx,
             rx,
-            requests: BTreeMap::new(),
-            streams: BTreeMap::new(),
+            requests: Tasks::default(),
+            streams: Tasks::default(),
+            sends: BTreeMap::new(),
         }
     }
 
@@ -322,13 +324,14 @@ impl<A: EtcdApi> Runner<A> {
             let input = tokio::select! {
                 biased;
                 Some(msg) = self.rx.recv() => match msg {
-                    Msg::Completed { op, outcome } => {
-                        self.requests.remove(&op);
+                                        Msg::Completed { op, outcome } => {
+                        self.requests.finished(op);
                         Input::Completed { op, outcome }
                     }
                     Msg::Reply { stream, ttl_secs } => Input::KeepAliveReply { stream, ttl_secs },
                     Msg::Closed { stream, failure } => {
-                        self.streams.remove(&stream);
+                        self.streams.finished(stream);
+                        self.sends.remove(&stream);
                         Input::KeepAliveClosed { stream, failure }
                     }
                 },
@@ -348,12 +351,8 @@ impl<A: EtcdApi> Runner<A> {
                 warn!(error = %e, "liveness input refused");
             }
         }
-        for (_, task) in std::mem::take(&mut self.requests) {
-            task.abort();
-        }
-        for (_, (_, task)) in std::mem::take(&mut self.streams) {
-            task.abort();
-        }
+        self.requests.abort_all();
+        self.streams.abort_all();
     }
 
     fn drain(&mut self) {
@@ -425,9 +424,11 @@ impl<A: EtcdApi> Runner<A> {
             Command::Grant { op, ttl_secs } => {
                 let api = self.api.clone();
                 self.spawn_request(op, async move {
-                    outcome(api.lease_grant(ttl_secs).await).map(|g| Reply::Granted {
-                        lease: g.lease,
-                        ttl_secs: g.ttl_secs,
+                    map_outcome(outcome(api.lease_grant(ttl_secs).await), |g| {
+                        Reply::Granted {
+                            lease: g.lease,
+                            ttl_secs: g.ttl_secs,
+                        }
                     })
                 });
             }
@@ -439,41 +440,35 @@ impl<A: EtcdApi> Runner<A> {
             } => {
                 let api = self.api.clone();
                 self.spawn_request(op, async move {
-                    outcome(api.put_if_changed(key.0, value, lease).await).map(|()| Reply::Done)
+                    map_outcome(
+                        outcome(api.put_if_changed(key.0, value, lease).await),
+                        |()| Reply::Done,
+                    )
                 });
             }
             Command::Revoke { op, lease } => {
                 let api = self.api.clone();
                 self.spawn_request(op, async move {
-                    outcome(api.lease_revoke(lease).await).map(|()| Reply::Done)
+                    map_outcome(outcome(api.lease_revoke(lease).await), |()| Reply::Done)
                 });
             }
             Command::OpenKeepAlive { op, lease } => {
                 let (sends, sends_rx) = mpsc::unbounded_channel();
-                let task = tokio::spawn(keep_alive_stream(
-                    self.api.clone(),
-                    op,
-                    lease,
-                    self.tx.clone(),
-                    sends_rx,
-                ));
-                self.streams.insert(op, (sends, task));
+                let task =
+                    keep_alive_stream(self.api.clone(), op, lease, self.tx.clone(), sends_rx);
+                self.streams.spawn(op, task);
+                self.sends.insert(op, sends);
             }
             Command::SendKeepAlive { stream, .. } => {
-                if let Some((sends, _)) = self.streams.get(&stream) {
+                if let Some(sends) = self.sends.get(&stream) {
                     let _ = sends.send(());
                 }
             }
             Command::CloseKeepAlive { stream } => {
-                if let Some((_, task)) = self.streams.remove(&stream) {
-                    task.abort();
-                }
+                self.streams.abort(stream);
+                self.sends.remove(&stream);
             }
-            Command::Abandon { op } => {
-                if let Some(task) = self.requests.remove(&op) {
-                    task.abort();
-                }
-            }
+            Command::Abandon { op } => self.requests.abort(op),
         }
     }
 
@@ -482,32 +477,10 @@ impl<A: EtcdApi> Runner<A> {
         F: std::future::Future<Output = Outcome<Reply>> + Send + 'static,
     {
         let tx = self.tx.clone();
-        let task = tokio::spawn(async move {
+        self.requests.spawn(op, async move {
             let outcome = request.await;
             let _ = tx.send(Msg::Completed { op, outcome });
         });
-        self.requests.insert(op, task);
-    }
-}
-
-trait OutcomeExt<T> {
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U>;
-}
-
-impl<T> OutcomeExt<T> for Outcome<T> {
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
-        match self {
-            Outcome::Ok(v) => Outcome::Ok(f(v)),
-            Outcome::Err(e) => Outcome::Err(e),
-            Outcome::Unknown => Outcome::Unknown,
-        }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -6,7 +6,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId};
+use coord::{
+    EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId, WatchControl,
+    WatchEvents, WatchMessage,
+};
+use coord_core::watcher::{Consistency, Listing, MessageKind};
+use coord_core::Revision;
 use madsim::net::Endpoint;
 
 use crate::wire::{Envelope, Reply, Request, StreamBody, StreamMessage, REQUEST_TAG};
@@ -92,7 +97,54 @@ fn done(r: Reply) -> Result<(), EtcdError> {
     match r {
         Reply::Done => Ok(()),
         Reply::Failed(e) => Err(e),
-        Reply::Granted { .. } => Err(EtcdError::Other("unexpected grant".into())),
+        Reply::Granted { .. } | Reply::Listed { .. } => {
+            Err(EtcdError::Other("unexpected reply".into()))
+        }
+    }
+}
+
+/// The messages of one simulated stream, delivered in order (madsim may
+/// reorder same-tag messages); a lost message stalls the stream, as a
+/// partitioned TCP stream would.
+struct OrderedStream {
+    ep: Endpoint,
+    stream: u64,
+    next: u64,
+    early: BTreeMap<u64, StreamBody>,
+    anomalies: Arc<AtomicU64>,
+}
+
+impl OrderedStream {
+    fn new(etcd: &SimEtcd, stream: u64) -> Self {
+        OrderedStream {
+            ep: etcd.ep.clone(),
+            stream,
+            next: 0,
+            early: BTreeMap::new(),
+            anomalies: Arc::clone(&etcd.anomalies),
+        }
+    }
+
+    /// The next message body; `None` if the endpoint is gone.
+    async fn next_body(&mut self) -> Option<StreamBody> {
+        loop {
+            if let Some(body) = self.early.remove(&self.next) {
+                self.next += 1;
+                return Some(body);
+            }
+            let (payload, _) = self.ep.recv_from_raw(self.stream).await.ok()?;
+            match payload.downcast::<StreamMessage>() {
+                Ok(msg) => {
+                    let StreamMessage { seq, body } = *msg;
+                    if seq >= self.next {
+                        self.early.insert(seq, body);
+                    }
+                }
+                Err(_) => {
+                    self.anomalies.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 }
 
@@ -105,12 +157,72 @@ pub struct SimKeeper {
 
 /// Receives a simulated stream's replies, in order.
 pub struct SimReplies {
-    ep: Endpoint,
-    stream: u64,
-    next: u64,
-    early: BTreeMap<u64, StreamBody>,
+    stream: OrderedStream,
     ended: bool,
-    anomalies: Arc<AtomicU64>,
+}
+
+/// Sends progress requests on a simulated watch.
+pub struct SimWatchControl {
+    etcd: SimEtcd,
+    stream: u64,
+}
+
+/// Receives a simulated watch's messages, in order.
+pub struct SimWatchEvents {
+    stream: OrderedStream,
+    ended: bool,
+}
+
+impl WatchControl for SimWatchControl {
+    async fn request_progress(&mut self) -> Result<(), EtcdError> {
+        let request = Request::WatchProgress {
+            stream: self.stream,
+        };
+        self.etcd.send(self.stream, request).await
+    }
+}
+
+impl WatchEvents for SimWatchEvents {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        if self.ended {
+            return None;
+        }
+        let Some(body) = self.stream.next_body().await else {
+            self.ended = true;
+            return Some(Err(EtcdError::Indeterminate("endpoint closed".into())));
+        };
+        let message = |kind, events, revision| {
+            Some(Ok(WatchMessage {
+                kind,
+                events,
+                revision: Revision(revision),
+            }))
+        };
+        match body {
+            StreamBody::WatchCreated { revision } => {
+                message(MessageKind::Created, Vec::new(), revision)
+            }
+            StreamBody::WatchEvents { events, revision } => {
+                message(MessageKind::Events, events, revision)
+            }
+            StreamBody::WatchProgress { revision } => {
+                message(MessageKind::Progress, Vec::new(), revision)
+            }
+            StreamBody::WatchCompacted { compact_revision } => {
+                self.ended = true;
+                Some(Err(EtcdError::Compacted { compact_revision }))
+            }
+            StreamBody::Broken(why) => {
+                self.ended = true;
+                Some(Err(EtcdError::Indeterminate(why)))
+            }
+            StreamBody::Ttl(_) => {
+                self.stream.anomalies.fetch_add(1, Ordering::Relaxed);
+                self.ended = true;
+                Some(Err(EtcdError::Other("keep-alive reply on a watch".into())))
+            }
+        }
+    }
 }
 
 impl KeepAliveSender for SimKeeper {
@@ -129,31 +241,22 @@ impl KeepAliveReplies for SimReplies {
         if self.ended {
             return None;
         }
-        loop {
-            if let Some(body) = self.early.remove(&self.next) {
-                self.next += 1;
-                return Some(match body {
-                    StreamBody::Ttl(ttl) => Ok(ttl),
-                    StreamBody::Broken(why) => {
-                        self.ended = true;
-                        Err(EtcdError::Indeterminate(why))
-                    }
-                });
-            }
-            let Ok((payload, _)) = self.ep.recv_from_raw(self.stream).await else {
+        match self.stream.next_body().await {
+            Some(StreamBody::Ttl(ttl)) => Some(Ok(ttl)),
+            Some(StreamBody::Broken(why)) => {
                 self.ended = true;
-                return Some(Err(EtcdError::Indeterminate("endpoint closed".into())));
-            };
-            match payload.downcast::<StreamMessage>() {
-                Ok(msg) => {
-                    let StreamMessage { seq, body } = *msg;
-                    if seq >= self.next {
-                        self.early.insert(seq, body);
-                    }
-                }
-                Err(_) => {
-                    self.anomalies.fetch_add(1, Ordering::Relaxed);
-                }
+                Some(Err(EtcdError::Indeterminate(why)))
+            }
+            Some(_) => {
+                self.stream.anomalies.fetch_add(1, Ordering::Relaxed);
+                self.ended = true;
+                Some(Err(EtcdError::Other(
+                    "watch message on a keep-alive".into(),
+                )))
+            }
+            None => {
+                self.ended = true;
+                Some(Err(EtcdError::Indeterminate("endpoint closed".into())))
             }
         }
     }
@@ -162,6 +265,47 @@ impl KeepAliveReplies for SimReplies {
 impl EtcdApi for SimEtcd {
     type Keeper = SimKeeper;
     type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = SimWatchEvents;
+
+    async fn range(
+        &self,
+        prefix: Vec<u8>,
+        _consistency: Consistency,
+    ) -> Result<Listing, EtcdError> {
+        match self.call(Request::Range { prefix }).await? {
+            Reply::Listed { kvs, revision } => Ok(Listing {
+                kvs,
+                revision: Revision(revision),
+            }),
+            Reply::Failed(e) => Err(e),
+            _ => Err(EtcdError::Other("unexpected reply".into())),
+        }
+    }
+
+    async fn watch(
+        &self,
+        prefix: Vec<u8>,
+        start_revision: Revision,
+    ) -> Result<(SimWatchControl, SimWatchEvents), EtcdError> {
+        let stream = self.tag();
+        let request = Request::Watch {
+            prefix,
+            start_revision: start_revision.0,
+            stream,
+        };
+        self.send(stream, request).await?;
+        Ok((
+            SimWatchControl {
+                etcd: self.clone(),
+                stream,
+            },
+            SimWatchEvents {
+                stream: OrderedStream::new(self, stream),
+                ended: false,
+            },
+        ))
+    }
 
     async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
         match self.call(Request::Grant { ttl: ttl_secs }).await? {
@@ -170,7 +314,7 @@ impl EtcdApi for SimEtcd {
                 ttl_secs: ttl,
             }),
             Reply::Failed(e) => Err(e),
-            Reply::Done => Err(EtcdError::Other("unexpected reply".into())),
+            _ => Err(EtcdError::Other("unexpected reply".into())),
         }
     }
 
@@ -209,12 +353,8 @@ impl EtcdApi for SimEtcd {
                 stream,
             },
             SimReplies {
-                ep: self.ep.clone(),
-                stream,
-                next: 0,
-                early: BTreeMap::new(),
+                stream: OrderedStream::new(self, stream),
                 ended: false,
-                anomalies: Arc::clone(&self.anomalies),
             },
         ))
     }

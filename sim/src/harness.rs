@@ -141,6 +141,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     };
     etcd_node.spawn(server::serve(etcd.clone(), etcd_ep.clone(), start));
     etcd_node.spawn(server::lessor(etcd.clone(), start));
+    etcd_node.spawn(server::flush_watches(etcd.clone(), etcd_ep.clone()));
 
     let world = World {
         start,
@@ -370,7 +371,9 @@ fn inject(w: &World, fault: &Fault) {
         Fault::RevokeLease { host } => {
             let mut st = lock(&w.etcd);
             let lease = st.model.get(host_key(host).as_bytes()).map(|kv| kv.lease);
-            matches!(lease, Some(l) if l != 0 && st.model.revoke(l).is_ok())
+            let revoked = matches!(lease, Some(l) if l != 0 && st.model.revoke(l).is_ok());
+            st.after_change(now);
+            revoked
         }
         Fault::Stop { host } => {
             let mut s = slots(&w.slots);

@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use coord::EtcdError;
+use coord_core::kv::{KeyValue as CoreKv, WatchEvent};
+use coord_core::{Key, LeaseId, Revision};
 use madsim::net::Endpoint;
+use tokio::sync::Notify;
 
-use crate::model::{Compare, CompareOp, EtcdModel, ModelError, Target, TxnOp};
+use crate::model::{self, Compare, CompareOp, EtcdModel, ModelError, Target, TxnOp};
 use crate::wire::{Envelope, Reply, Request, StreamBody, StreamMessage, REQUEST_TAG};
 
 /// How often the lessor looks for expired leases (etcd: 500 ms).
@@ -31,6 +34,36 @@ pub struct EtcdState {
     pub epoch: u64,
     /// Open keep-alive streams: (client addr, stream tag) -> (epoch, next seq).
     pub streams: BTreeMap<(SocketAddr, u64), (u64, u64)>,
+    /// Open watches: (client addr, stream tag) -> what they watch.
+    pub watches: BTreeMap<(SocketAddr, u64), WatchEntry>,
+    /// When each revision was made (virtual ms), for lag measurements.
+    pub revision_times: Vec<(i64, u64)>,
+    /// Woken after every change, so watches get their events.
+    pub changed: Arc<Notify>,
+}
+
+/// One open watch.
+#[derive(Debug, Clone)]
+pub struct WatchEntry {
+    prefix: Vec<u8>,
+    /// The next revision it has not been sent.
+    next: i64,
+    /// Next message number on its stream.
+    seq: u64,
+}
+
+impl EtcdState {
+    /// Call after anything that may have changed the model: records when
+    /// new revisions were made and wakes the watch flusher.
+    pub fn after_change(&mut self, now: u64) {
+        let last = self.revision_times.last().map_or(1, |(r, _)| *r);
+        for rev in last + 1..=self.model.revision() {
+            self.revision_times.push((rev, now));
+        }
+        if self.model.revision() > last {
+            self.changed.notify_one();
+        }
+    }
 }
 
 /// Shared handle to the server state.
@@ -44,6 +77,9 @@ pub fn new_state() -> SharedEtcd {
         drop_replies_until: 0,
         epoch: 0,
         streams: BTreeMap::new(),
+        watches: BTreeMap::new(),
+        revision_times: Vec::new(),
+        changed: Arc::new(Notify::new()),
     }))
 }
 
@@ -73,7 +109,9 @@ pub async fn serve(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
         let (reply, drop_reply) = {
             let mut st = lock(&state);
             let drop_reply = now < st.drop_replies_until;
-            (handle(&mut st, now, from, &envelope.request), drop_reply)
+            let reply = handle(&mut st, now, from, &envelope.request);
+            st.after_change(now);
+            (reply, drop_reply)
         };
         if drop_reply {
             continue;
@@ -82,8 +120,10 @@ pub async fn serve(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
             Answer::Unary(r) => {
                 let _ = ep.send_to_raw(from, envelope.reply_tag, Box::new(r)).await;
             }
-            Answer::Stream(tag, msg) => {
-                let _ = ep.send_to_raw(from, tag, Box::new(msg)).await;
+            Answer::Stream(tag, msgs) => {
+                for msg in msgs {
+                    let _ = ep.send_to_raw(from, tag, Box::new(msg)).await;
+                }
             }
             Answer::None => {}
         }
@@ -92,8 +132,94 @@ pub async fn serve(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
 
 enum Answer {
     Unary(Reply),
-    Stream(u64, StreamMessage),
+    Stream(u64, Vec<StreamMessage>),
     None,
+}
+
+fn core_kv(kv: &model::KeyValue) -> CoreKv {
+    CoreKv {
+        key: Key(kv.key.clone()),
+        value: kv.value.clone(),
+        create_revision: Revision(kv.create_revision),
+        mod_revision: Revision(kv.mod_revision),
+        lease: LeaseId(kv.lease),
+    }
+}
+
+fn core_event(e: &model::Event) -> WatchEvent {
+    match e {
+        model::Event::Put { kv, prev } => WatchEvent::Put {
+            kv: core_kv(kv),
+            prev: prev.as_ref().map(core_kv),
+        },
+        model::Event::Delete {
+            key,
+            revision,
+            prev,
+        } => WatchEvent::Delete {
+            key: Key(key.clone()),
+            revision: Revision(*revision),
+            prev: Some(core_kv(prev)),
+        },
+    }
+}
+
+/// What a watch is owed now: its pending events, or a compaction notice
+/// (after which it is dropped). Advances the watch.
+fn catch_up(model: &EtcdModel, w: &mut WatchEntry) -> Result<Option<StreamBody>, i64> {
+    match model.events_since(&w.prefix, w.next) {
+        Err(ModelError::Compacted(rev)) => Err(rev),
+        Err(_) => Ok(None),
+        Ok(events) if events.is_empty() => Ok(None),
+        Ok(events) => {
+            w.next = events.last().map_or(w.next, |e| e.revision() + 1);
+            Ok(Some(StreamBody::WatchEvents {
+                events: events.iter().map(core_event).collect(),
+                revision: model.revision(),
+            }))
+        }
+    }
+}
+
+fn stamp(w: &mut WatchEntry, body: StreamBody) -> StreamMessage {
+    let msg = StreamMessage { seq: w.seq, body };
+    w.seq += 1;
+    msg
+}
+
+/// Sends every open watch its pending events, forever (woken on change).
+pub async fn flush_watches(state: SharedEtcd, ep: Endpoint) {
+    let changed = Arc::clone(&lock(&state).changed);
+    loop {
+        changed.notified().await;
+        let out: Vec<(SocketAddr, u64, StreamMessage)> = {
+            let mut guard = lock(&state);
+            let st = &mut *guard;
+            let mut out = Vec::new();
+            let mut dropped = Vec::new();
+            for (key, w) in st.watches.iter_mut() {
+                match catch_up(&st.model, w) {
+                    Ok(Some(body)) => out.push((key.0, key.1, stamp(w, body))),
+                    Ok(None) => {}
+                    Err(compact_revision) => {
+                        out.push((
+                            key.0,
+                            key.1,
+                            stamp(w, StreamBody::WatchCompacted { compact_revision }),
+                        ));
+                        dropped.push(*key);
+                    }
+                }
+            }
+            for key in dropped {
+                st.watches.remove(&key);
+            }
+            out
+        };
+        for (addr, tag, msg) in out {
+            let _ = ep.send_to_raw(addr, tag, Box::new(msg)).await;
+        }
+    }
 }
 
 fn failed(e: ModelError) -> Reply {
@@ -109,15 +235,23 @@ fn failed(e: ModelError) -> Reply {
 fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answer {
     if now < st.unavailable_until {
         return match req {
-            Request::KeepAlive { stream, .. } => {
+            Request::KeepAlive { stream, .. }
+            | Request::Watch { stream, .. }
+            | Request::WatchProgress { stream } => {
                 // A stream request with no leader: the stream is refused.
-                st.streams.remove(&(from, *stream));
+                let seq = match st.watches.remove(&(from, *stream)) {
+                    Some(w) => w.seq,
+                    None => st
+                        .streams
+                        .remove(&(from, *stream))
+                        .map_or(0, |(_, seq)| seq),
+                };
                 Answer::Stream(
                     *stream,
-                    StreamMessage {
-                        seq: 0,
+                    vec![StreamMessage {
+                        seq,
                         body: StreamBody::Broken("etcdserver: no leader".into()),
-                    },
+                    }],
                 )
             }
             _ => Answer::Unary(Reply::Failed(EtcdError::Unavailable(
@@ -126,6 +260,65 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
         };
     }
     match req {
+        Request::Range { prefix } => Answer::Unary(match st.model.range(prefix, None) {
+            Ok((kvs, revision)) => Reply::Listed {
+                kvs: kvs.iter().map(core_kv).collect(),
+                revision,
+            },
+            Err(e) => failed(e),
+        }),
+        Request::Watch {
+            prefix,
+            start_revision,
+            stream,
+        } => {
+            let mut w = WatchEntry {
+                prefix: prefix.clone(),
+                next: (*start_revision).max(1),
+                seq: 0,
+            };
+            let created = StreamBody::WatchCreated {
+                revision: st.model.revision(),
+            };
+            let mut msgs = vec![stamp(&mut w, created)];
+            match catch_up(&st.model, &mut w) {
+                Ok(backlog) => {
+                    if let Some(body) = backlog {
+                        msgs.push(stamp(&mut w, body));
+                    }
+                    st.watches.insert((from, *stream), w);
+                }
+                Err(compact_revision) => {
+                    msgs.push(stamp(
+                        &mut w,
+                        StreamBody::WatchCompacted { compact_revision },
+                    ));
+                }
+            }
+            Answer::Stream(*stream, msgs)
+        }
+        Request::WatchProgress { stream } => {
+            let revision = st.model.revision();
+            let model = &st.model;
+            match st.watches.get_mut(&(from, *stream)) {
+                Some(w) => {
+                    let mut msgs = Vec::new();
+                    match catch_up(model, w) {
+                        Ok(Some(body)) => msgs.push(stamp(w, body)),
+                        Ok(None) => {}
+                        Err(compact_revision) => {
+                            msgs.push(stamp(w, StreamBody::WatchCompacted { compact_revision }));
+                            st.watches.remove(&(from, *stream));
+                            return Answer::Stream(*stream, msgs);
+                        }
+                    }
+                    msgs.push(stamp(w, StreamBody::WatchProgress { revision }));
+                    Answer::Stream(*stream, msgs)
+                }
+                // A watch from before a leader change: nothing answers.
+                None => Answer::None,
+            }
+        }
         Request::Grant { ttl } => {
             let (lease, ttl) = st.model.grant(now, *ttl);
             Answer::Unary(Reply::Granted { lease, ttl })
@@ -174,7 +367,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
                         body: StreamBody::Ttl(st.model.keep_alive(now, *lease)),
                     };
                     *seq += 1;
-                    Answer::Stream(*stream, msg)
+                    Answer::Stream(*stream, vec![msg])
                 }
                 // A stream from before a leader change (already told it is
                 // broken) or never opened: nothing to answer on.
@@ -192,6 +385,7 @@ pub async fn lessor(state: SharedEtcd, start: madsim::time::Instant) {
         let mut st = lock(&state);
         if now >= st.unavailable_until {
             st.model.expire(now);
+            st.after_change(now);
         }
     }
 }
@@ -212,9 +406,18 @@ pub async fn leader_change(
         let until = now + u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
         st.unavailable_until = st.unavailable_until.max(until);
         st.model.reset_lease_ttls(until);
-        std::mem::take(&mut st.streams)
+        let mut streams: Vec<((SocketAddr, u64), u64)> = std::mem::take(&mut st.streams)
+            .into_iter()
+            .map(|(k, (_, seq))| (k, seq))
+            .collect();
+        streams.extend(
+            std::mem::take(&mut st.watches)
+                .into_iter()
+                .map(|(k, w)| (k, w.seq)),
+        );
+        streams
     };
-    for ((addr, tag), (_, seq)) in streams {
+    for ((addr, tag), seq) in streams {
         let msg = StreamMessage {
             seq,
             body: StreamBody::Broken("leader changed".into()),

@@ -2,6 +2,7 @@
 //! as typed madsim payloads (no serialisation).
 
 use coord::EtcdError;
+use coord_core::kv::WatchEvent;
 
 /// Tag on which the server receives requests.
 pub const REQUEST_TAG: u64 = 1;
@@ -39,6 +40,27 @@ pub enum Request {
         /// Lease.
         lease: i64,
     },
+    /// Every kv under `prefix` (consistency does not matter with one
+    /// simulated member).
+    Range {
+        /// The prefix.
+        prefix: Vec<u8>,
+    },
+    /// Open a watch of `prefix` from `start_revision`; messages go to the
+    /// `stream` tag.
+    Watch {
+        /// The prefix.
+        prefix: Vec<u8>,
+        /// First revision wanted.
+        start_revision: i64,
+        /// Tag of the stream.
+        stream: u64,
+    },
+    /// Ask an open watch for a progress notification.
+    WatchProgress {
+        /// Tag of the stream.
+        stream: u64,
+    },
     /// One keep-alive on a stream; `open` for the first one.
     KeepAlive {
         /// The lease.
@@ -62,6 +84,13 @@ pub enum Reply {
     },
     /// Done.
     Done,
+    /// A range's result.
+    Listed {
+        /// The kvs.
+        kvs: Vec<coord_core::kv::KeyValue>,
+        /// Revision read at.
+        revision: i64,
+    },
     /// Failed.
     Failed(EtcdError),
 }
@@ -83,4 +112,26 @@ pub enum StreamBody {
     Ttl(i64),
     /// The server dropped the stream (leader change); nothing follows.
     Broken(String),
+    /// A watch was created.
+    WatchCreated {
+        /// Header revision.
+        revision: i64,
+    },
+    /// Watch events.
+    WatchEvents {
+        /// The events.
+        events: Vec<WatchEvent>,
+        /// Header revision.
+        revision: i64,
+    },
+    /// Every event up to `revision` was sent.
+    WatchProgress {
+        /// Header revision.
+        revision: i64,
+    },
+    /// The watch's start revision is compacted; nothing follows.
+    WatchCompacted {
+        /// etcd's compaction revision.
+        compact_revision: i64,
+    },
 }

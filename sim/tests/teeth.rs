@@ -8,9 +8,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use coord::Revision;
 use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, LeaseId};
+use coord_core::watcher::{Consistency, Listing};
 use coord_sim::checker::Invariant;
-use coord_sim::client::{SimEtcd, SimKeeper, SimReplies};
+use coord_sim::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
 use coord_sim::harness::Wrap;
 use coord_sim::runner::run_case_with;
 use coord_sim::schedule::{Case, Shape};
@@ -27,12 +29,16 @@ fn first_catch<W: Wrap>(wrap: W, invariant: Invariant, max: u64) -> Option<u64> 
     })
 }
 
-/// Delegates everything to the simulated client except what a variant
-/// overrides.
+/// The simulated client inside a wrapper.
+trait Inner {
+    fn inner(&self) -> &SimEtcd;
+}
+
+/// Delegates the calls no variant overrides to the simulated client.
 macro_rules! delegate_unary {
     () => {
         async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-            self.0.lease_grant(ttl_secs).await
+            self.inner().lease_grant(ttl_secs).await
         }
         async fn put_if_changed(
             &self,
@@ -40,7 +46,17 @@ macro_rules! delegate_unary {
             value: Vec<u8>,
             lease: LeaseId,
         ) -> Result<(), EtcdError> {
-            self.0.put_if_changed(key, value, lease).await
+            self.inner().put_if_changed(key, value, lease).await
+        }
+        async fn range(&self, prefix: Vec<u8>, c: Consistency) -> Result<Listing, EtcdError> {
+            self.inner().range(prefix, c).await
+        }
+        async fn watch(
+            &self,
+            prefix: Vec<u8>,
+            start: Revision,
+        ) -> Result<(SimWatchControl, SimWatchEvents), EtcdError> {
+            self.inner().watch(prefix, start).await
         }
     };
 }
@@ -58,9 +74,17 @@ impl Wrap for SwallowRevoke {
     }
 }
 
+impl Inner for SwallowRevokeApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.0
+    }
+}
+
 impl EtcdApi for SwallowRevokeApi {
     type Keeper = SimKeeper;
     type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = SimWatchEvents;
     delegate_unary!();
     async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
         Ok(())
@@ -107,9 +131,17 @@ impl KeepAliveReplies for StaleReplies {
     }
 }
 
+impl Inner for StaleTtlApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.0
+    }
+}
+
 impl EtcdApi for StaleTtlApi {
     type Keeper = SimKeeper;
     type Replies = StaleReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = SimWatchEvents;
     delegate_unary!();
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
         self.0.lease_revoke(lease).await
@@ -172,20 +204,18 @@ impl KeepAliveReplies for SilentReplies {
     }
 }
 
+impl Inner for SilentStreamsApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.inner
+    }
+}
+
 impl EtcdApi for SilentStreamsApi {
     type Keeper = SimKeeper;
     type Replies = SilentReplies;
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.inner.lease_grant(ttl_secs).await
-    }
-    async fn put_if_changed(
-        &self,
-        key: Vec<u8>,
-        value: Vec<u8>,
-        lease: LeaseId,
-    ) -> Result<(), EtcdError> {
-        self.inner.put_if_changed(key, value, lease).await
-    }
+    type WatchControl = SimWatchControl;
+    type WatchEvents = SimWatchEvents;
+    delegate_unary!();
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
         self.inner.lease_revoke(lease).await
     }

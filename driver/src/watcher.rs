@@ -1,0 +1,526 @@
+//! `HostWatcher`: the hosts under a prefix, as a stream of events and a
+//! view, kept converging to etcd's truth by the core [`Watcher`].
+//!
+//! Slow consumers: the event buffer is bounded (default 32, as go-coord).
+//! When it is full the watcher stops reading the etcd stream (backpressure
+//! through HTTP/2 flow control) instead of dropping anything. A consumer so
+//! slow that etcd compacts past its position gets a re-list: the
+//! difference as `Down`/`Up`/`Updated`, then `Resynced`. No event is ever
+//! dropped and the view is always etcd's truth as of the newest revision
+//! processed (it may run ahead of the events not yet taken).
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use coord_core::kv::KeyValue;
+use coord_core::watcher::{
+    Command, Consistency, Event, Input, Output, ResyncReason, StartPolicy, Watcher, WatcherConfig,
+};
+use coord_core::{BackoffConfig, Failure, Key, LeaseId, OpId, Revision};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, warn};
+
+use crate::api::{outcome, EtcdApi, WatchControl, WatchEvents, WatchMessage};
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::exec::{sleep_until, Tasks};
+use crate::liveness::DEFAULT_PREFIX;
+use crate::metadata::HostMetadata;
+
+/// Options of [`HostWatcher::new`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatcherOptions {
+    /// The prefix watched. Default `/coord/hosts/`.
+    pub prefix: String,
+    /// A host id never reported (typically this host's own). go-coord's
+    /// `IncludeSelf = false`.
+    pub exclude_host: Option<String>,
+    /// Read the snapshot serializably (from any member, maybe stale; the
+    /// watch catches up). Default false: linearizable.
+    pub serializable: bool,
+    /// Deadline of each request. Default 5 s.
+    pub request_timeout: Duration,
+    /// A stream quiet this long is probed with a progress request; no
+    /// answer within the request timeout means it is broken. Default 10 s.
+    pub probe_interval: Duration,
+    /// Pacing of retries.
+    pub backoff: BackoffConfig,
+    /// Seed of the retry jitter. Default: from the prefix and the time.
+    pub seed: Option<u64>,
+    /// Events buffered for the consumer. Default 32.
+    pub buffer: usize,
+    /// Keep retrying a failing first snapshot in the background instead of
+    /// failing `new`. Default false.
+    pub retry_first_snapshot: bool,
+}
+
+impl Default for WatcherOptions {
+    fn default() -> Self {
+        WatcherOptions {
+            prefix: DEFAULT_PREFIX.to_string(),
+            exclude_host: None,
+            serializable: false,
+            request_timeout: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(10),
+            backoff: BackoffConfig::default(),
+            seed: None,
+            buffer: 32,
+            retry_first_snapshot: false,
+        }
+    }
+}
+
+/// Metadata another agent wrote that does not decode as the expected type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("metadata does not decode: {0}")]
+pub struct DecodeError(pub String);
+
+/// A host as the watcher last saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostRecord<M> {
+    /// The decoded metadata, or why it does not decode.
+    pub meta: Result<M, DecodeError>,
+    /// The raw value.
+    pub raw: Vec<u8>,
+    /// The lease the key is attached to.
+    pub lease: LeaseId,
+    /// Revision of the key's last change.
+    pub mod_revision: Revision,
+}
+
+impl<M: DeserializeOwned> HostRecord<M> {
+    fn from_kv(kv: &KeyValue) -> Self {
+        HostRecord {
+            meta: serde_json::from_slice(&kv.value).map_err(|e| DecodeError(e.to_string())),
+            raw: kv.value.clone(),
+            lease: kv.lease,
+            mod_revision: kv.mod_revision,
+        }
+    }
+}
+
+/// A change of the hosts under the prefix. `revision` is the etcd revision
+/// the change reflects; revisions never decrease along the stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostEvent<M> {
+    /// A host appeared (also: each host of the first snapshot).
+    Up {
+        /// Host id.
+        host: String,
+        /// What it holds.
+        record: HostRecord<M>,
+        /// Revision.
+        revision: Revision,
+    },
+    /// A host's metadata or lease changed.
+    Updated {
+        /// Host id.
+        host: String,
+        /// What it holds now.
+        record: HostRecord<M>,
+        /// What it held before.
+        previous: HostRecord<M>,
+        /// Revision.
+        revision: Revision,
+    },
+    /// A host disappeared.
+    Down {
+        /// Host id.
+        host: String,
+        /// What it held when last seen.
+        last_seen: HostRecord<M>,
+        /// Revision.
+        revision: Revision,
+    },
+    /// The first snapshot is complete (every host up at `revision` has had
+    /// its `Up`).
+    Synced {
+        /// Revision of the snapshot.
+        revision: Revision,
+    },
+    /// The view was rebuilt from a fresh snapshot after the watch lost its
+    /// place (compaction); the differences came just before.
+    Resynced {
+        /// Why.
+        reason: ResyncReason,
+        /// Revision of the snapshot.
+        revision: Revision,
+    },
+}
+
+/// Hosts under a prefix. `next()` yields changes; `view()` the current
+/// hosts. Dropping it stops the background task.
+#[derive(Debug)]
+pub struct HostWatcher<M = HostMetadata> {
+    events: mpsc::Receiver<HostEvent<M>>,
+    view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
+    close: mpsc::UnboundedSender<()>,
+    running: watch::Receiver<bool>,
+}
+
+impl<M> HostWatcher<M>
+where
+    M: DeserializeOwned + Clone + Send + 'static,
+{
+    /// Lists the prefix (its hosts arrive first as `Up` events, then
+    /// `Synced`) and watches it from there. Fails on invalid options, or
+    /// (unless `retry_first_snapshot`) when the first listing fails, e.g.
+    /// `Error::Unreachable`.
+    pub async fn new<A: EtcdApi>(client: A, opts: WatcherOptions) -> Result<Self, Error> {
+        if opts.prefix.is_empty() || opts.prefix.chars().any(char::is_control) {
+            return Err(Error::InvalidPrefix(opts.prefix));
+        }
+        let config = WatcherConfig {
+            prefix: Key(opts.prefix.clone().into_bytes()),
+            exclude_host: opts.exclude_host.clone(),
+            consistency: if opts.serializable {
+                Consistency::Serializable
+            } else {
+                Consistency::Linearizable
+            },
+            request_timeout: opts.request_timeout,
+            probe_interval: opts.probe_interval,
+            backoff: opts.backoff.clone(),
+            seed: opts
+                .seed
+                .unwrap_or_else(|| crate::liveness::default_seed(&opts.prefix)),
+            start: if opts.retry_first_snapshot {
+                StartPolicy::Retry
+            } else {
+                StartPolicy::FailFast
+            },
+        };
+        let machine = Watcher::new(config).map_err(Error::InvalidWatcherOptions)?;
+        let buffer = opts.buffer.max(1);
+        let (events_tx, events) = mpsc::channel(buffer);
+        let (close, close_rx) = mpsc::unbounded_channel();
+        let (running_tx, running) = watch::channel(true);
+        let (ready_tx, ready) = oneshot::channel();
+        let view = Arc::new(Mutex::new(BTreeMap::new()));
+        let runner = Runner {
+            api: client,
+            machine,
+            clock: Clock::start(),
+            events: events_tx,
+            outbox: std::collections::VecDeque::new(),
+            buffer,
+            view: Arc::clone(&view),
+            ready: Some(ready_tx),
+            requests: Tasks::default(),
+            streams: Tasks::default(),
+            controls: BTreeMap::new(),
+            _meta: PhantomData,
+        };
+        tokio::spawn(runner.run(close_rx, running_tx));
+        let handle = HostWatcher {
+            events,
+            view,
+            close,
+            running,
+        };
+        if opts.retry_first_snapshot {
+            return Ok(handle);
+        }
+        match ready.await {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::TaskGone),
+        }
+    }
+
+    /// The next change, in order; `None` once the watcher is closed (events
+    /// not yet taken at close are dropped).
+    pub async fn next(&mut self) -> Option<HostEvent<M>> {
+        self.events.recv().await
+    }
+
+    /// The live hosts as of the newest revision processed.
+    pub fn view(&self) -> BTreeMap<String, HostRecord<M>> {
+        lock(&self.view).clone()
+    }
+
+    /// Stops watching. Idempotent; returns once the background task ended.
+    pub async fn close(&self) {
+        let _ = self.close.send(());
+        self.wait().await;
+    }
+
+    /// Waits until the watcher has stopped (closed, or failed to start).
+    pub async fn wait(&self) {
+        let mut running = self.running.clone();
+        let _ = running.wait_for(|r| !*r).await;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+enum Msg {
+    Listed {
+        op: OpId,
+        outcome: coord_core::Outcome<coord_core::watcher::Listing>,
+    },
+    Closed {
+        stream: OpId,
+        failure: Failure,
+    },
+}
+
+struct Runner<A: EtcdApi, M> {
+    api: A,
+    machine: Watcher,
+    clock: Clock,
+    events: mpsc::Sender<HostEvent<M>>,
+    outbox: std::collections::VecDeque<HostEvent<M>>,
+    buffer: usize,
+    view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
+    ready: Option<oneshot::Sender<Result<(), Error>>>,
+    requests: Tasks,
+    streams: Tasks,
+    controls: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
+    _meta: PhantomData<fn() -> M>,
+}
+
+impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
+    async fn run(mut self, mut close: mpsc::UnboundedReceiver<()>, running: watch::Sender<bool>) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
+        // Watch messages come through a channel of one: when the consumer
+        // lags, the stream task blocks and etcd's stream is not read.
+        let (watch_tx, mut watch_rx) = mpsc::channel::<(OpId, WatchMessage)>(1);
+        let now = self.clock.now();
+        if let Err(e) = self.machine.handle(now, Input::Start) {
+            warn!(error = %e, "watcher refused to start");
+        }
+        loop {
+            self.drain(&tx, &watch_tx);
+            if self.machine.is_closed() {
+                break;
+            }
+            let deadline = self
+                .machine
+                .poll_timeout()
+                .map(|d| self.clock.to_runtime(d));
+            let room = self.outbox.len() < self.buffer;
+            let input = tokio::select! {
+                biased;
+                req = close.recv() => {
+                    let _ = req;
+                    Input::Close
+                }
+                Some(msg) = rx.recv() => match msg {
+                    Msg::Listed { op, outcome } => {
+                        self.requests.finished(op);
+                        Input::Listed { op, outcome }
+                    }
+                    Msg::Closed { stream, failure } => {
+                        self.streams.finished(stream);
+                        self.controls.remove(&stream);
+                        Input::WatchClosed { stream, failure }
+                    }
+                },
+                permit = self.events.reserve(), if !self.outbox.is_empty() => {
+                    match (permit, self.outbox.pop_front()) {
+                        (Ok(permit), Some(event)) => permit.send(event),
+                        // The consumer is gone: nobody to watch for.
+                        _ => self.outbox.clear(),
+                    }
+                    continue;
+                }
+                Some((stream, msg)) = watch_rx.recv(), if room => Input::WatchMessage {
+                    stream,
+                    kind: msg.kind,
+                    events: msg.events,
+                    revision: msg.revision,
+                },
+                () = sleep_until(deadline) => Input::Timeout,
+            };
+            let now = self.clock.now();
+            if let Err(e) = self.machine.handle(now, input) {
+                warn!(error = %e, "watcher input refused");
+            }
+        }
+        self.requests.abort_all();
+        self.streams.abort_all();
+        running.send_replace(false);
+    }
+
+    fn drain(
+        &mut self,
+        tx: &mpsc::UnboundedSender<Msg>,
+        watch_tx: &mpsc::Sender<(OpId, WatchMessage)>,
+    ) {
+        while let Some(output) = self.machine.poll() {
+            match output {
+                Output::Command(c) => self.execute(c, tx, watch_tx),
+                Output::Event(e) => self.publish(e),
+            }
+        }
+    }
+
+    fn publish(&mut self, event: Event) {
+        let out = match event {
+            Event::Up { host, kv, revision } => {
+                let record = HostRecord::from_kv(&kv);
+                lock(&self.view).insert(host.clone(), record.clone());
+                HostEvent::Up {
+                    host,
+                    record,
+                    revision,
+                }
+            }
+            Event::Updated {
+                host,
+                kv,
+                previous,
+                revision,
+            } => {
+                let record = HostRecord::from_kv(&kv);
+                lock(&self.view).insert(host.clone(), record.clone());
+                HostEvent::Updated {
+                    host,
+                    record,
+                    previous: HostRecord::from_kv(&previous),
+                    revision,
+                }
+            }
+            Event::Down {
+                host,
+                last_seen,
+                revision,
+            } => {
+                lock(&self.view).remove(&host);
+                HostEvent::Down {
+                    host,
+                    last_seen: HostRecord::from_kv(&last_seen),
+                    revision,
+                }
+            }
+            Event::Synced { revision } => {
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(Ok(()));
+                }
+                HostEvent::Synced { revision }
+            }
+            Event::Resynced { reason, revision } => {
+                debug!(?reason, revision = revision.0, "watcher resynced");
+                HostEvent::Resynced { reason, revision }
+            }
+            Event::Ignored { key, reason } => {
+                debug!(%key, ?reason, "ignoring a key under the prefix");
+                return;
+            }
+            Event::StartFailed { failure } => {
+                let err = match failure {
+                    None => Error::Unreachable("no answer before the request deadline".into()),
+                    Some(Failure::Unavailable(m)) => Error::Unreachable(m),
+                    Some(other) => Error::Watch(other),
+                };
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(Err(err));
+                }
+                return;
+            }
+            Event::Closed => return,
+        };
+        self.outbox.push_back(out);
+    }
+
+    fn execute(
+        &mut self,
+        command: Command,
+        tx: &mpsc::UnboundedSender<Msg>,
+        watch_tx: &mpsc::Sender<(OpId, WatchMessage)>,
+    ) {
+        match command {
+            Command::Range {
+                op,
+                prefix,
+                consistency,
+            } => {
+                let api = self.api.clone();
+                let tx = tx.clone();
+                self.requests.spawn(op, async move {
+                    let outcome = outcome(api.range(prefix.0, consistency).await);
+                    let _ = tx.send(Msg::Listed { op, outcome });
+                });
+            }
+            Command::Watch {
+                op,
+                prefix,
+                start_revision,
+            } => {
+                let (control_tx, control_rx) = mpsc::unbounded_channel();
+                self.controls.insert(op, control_tx);
+                let task = watch_stream(
+                    self.api.clone(),
+                    op,
+                    prefix.0,
+                    start_revision,
+                    tx.clone(),
+                    watch_tx.clone(),
+                    control_rx,
+                );
+                self.streams.spawn(op, task);
+            }
+            Command::RequestProgress { stream } => {
+                if let Some(control) = self.controls.get(&stream) {
+                    let _ = control.send(());
+                }
+            }
+            Command::CancelWatch { stream } => {
+                self.streams.abort(stream);
+                self.controls.remove(&stream);
+            }
+            Command::Abandon { op } => self.requests.abort(op),
+        }
+    }
+}
+
+/// Owns one watch stream: opens it, forwards its messages (blocking when
+/// the run loop has no room), and sends progress requests when asked.
+async fn watch_stream<A: EtcdApi>(
+    api: A,
+    op: OpId,
+    prefix: Vec<u8>,
+    start: Revision,
+    tx: mpsc::UnboundedSender<Msg>,
+    messages: mpsc::Sender<(OpId, WatchMessage)>,
+    mut progress: mpsc::UnboundedReceiver<()>,
+) {
+    let closed = |failure: Failure| {
+        let _ = tx.send(Msg::Closed {
+            stream: op,
+            failure,
+        });
+    };
+    let (mut control, mut stream) = match api.watch(prefix, start).await {
+        Ok(pair) => pair,
+        Err(e) => return closed(e.into_failure()),
+    };
+    loop {
+        tokio::select! {
+            biased;
+            msg = stream.next() => match msg {
+                Some(Ok(m)) => {
+                    if messages.send((op, m)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Err(e)) => return closed(e.into_failure()),
+                None => return closed(Failure::StreamClosed("watch stream ended".into())),
+            },
+            ask = progress.recv() => match ask {
+                Some(()) => {
+                    if let Err(e) = control.request_progress().await {
+                        return closed(e.into_failure());
+                    }
+                }
+                None => return,
+            },
+        }
+    }
+}
