@@ -316,7 +316,8 @@ impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
                         self.requests.finished(op);
                         Input::Listed { op, outcome }
                     }
-                    Msg::Closed { stream, failure } => {
+                                        Msg::Closed { stream, failure } => {
+                        debug!(%failure, "watch stream closed");
                         self.streams.finished(stream);
                         self.controls.remove(&stream);
                         Input::WatchClosed { stream, failure }
