@@ -160,6 +160,10 @@ pub trait WatchControl: Send + 'static {
     /// Asks for a progress notification. An error means the stream is
     /// broken.
     fn request_progress(&mut self) -> impl Future<Output = Result<(), EtcdError>> + Send;
+
+    /// Ends the watch on the server (best effort, without waiting for an
+    /// answer). Dropping both halves must end it too.
+    fn cancel(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// The receiving half of a watch stream.

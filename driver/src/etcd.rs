@@ -79,6 +79,11 @@ impl WatchControl for Watching {
     async fn request_progress(&mut self) -> Result<(), EtcdError> {
         self.0.request_progress().await.map_err(classify)
     }
+
+    async fn cancel(&mut self) {
+        // Dropping the request half closes the gRPC stream, which ends the
+        // watch in etcd; nothing to send.
+    }
 }
 
 fn key_value(kv: &etcd_client::KeyValue) -> KeyValue {

@@ -46,6 +46,26 @@ impl Drop for Tasks {
     }
 }
 
+/// A task that is aborted when this guard is dropped.
+#[derive(Debug)]
+pub(crate) struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs a stream's reading loop in a task of its own, for as long as the
+/// returned guard lives. Reads are never cancelled half-way (as a `select!`
+/// against other work would do), so no `EtcdApi` needs cancel-safe reads.
+pub(crate) fn spawn_reader<F>(reader: F) -> AbortOnDrop
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    AbortOnDrop(tokio::spawn(reader))
+}
+
 /// Sleeps until `deadline`, or forever if there is none.
 pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {

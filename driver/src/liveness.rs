@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 use crate::api::{outcome, EtcdApi, KeepAliveReplies, KeepAliveSender};
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::exec::{map_outcome, sleep_until, Tasks};
+use crate::exec::{map_outcome, sleep_until, spawn_reader, Tasks};
 use crate::metadata::{validate_host_id, HostMetadata, MAX_METADATA_LEN};
 
 /// go-coord's default key prefix for hosts.
@@ -485,8 +485,8 @@ impl<A: EtcdApi> Runner<A> {
 }
 
 /// Owns one keep-alive stream: opens it, sends a keep-alive whenever the
-/// run loop asks, and forwards every reply at once, so replies are always
-/// drained whatever the user does.
+/// run loop asks, and (in a reader task of its own) forwards every reply at
+/// once, so replies are always drained whatever the user does.
 async fn keep_alive_stream<A: EtcdApi>(
     api: A,
     op: OpId,
@@ -494,42 +494,42 @@ async fn keep_alive_stream<A: EtcdApi>(
     tx: mpsc::UnboundedSender<Msg>,
     mut sends: mpsc::UnboundedReceiver<()>,
 ) {
+    let closed = move |tx: &mpsc::UnboundedSender<Msg>, failure: Failure| {
+        let _ = tx.send(Msg::Closed {
+            stream: op,
+            failure,
+        });
+    };
     let (mut keeper, mut replies) = match api.lease_keep_alive(lease).await {
         Ok(pair) => pair,
-        Err(e) => {
-            let _ = tx.send(Msg::Closed {
-                stream: op,
-                failure: e.into_failure(),
-            });
-            return;
-        }
+        Err(e) => return closed(&tx, e.into_failure()),
     };
-    loop {
-        tokio::select! {
-            biased;
-            reply = replies.next() => match reply {
+    let reader_tx = tx.clone();
+    let _reader = spawn_reader(async move {
+        loop {
+            match replies.next().await {
                 Some(Ok(ttl_secs)) => {
-                    let _ = tx.send(Msg::Reply { stream: op, ttl_secs });
-                }
-                Some(Err(e)) => {
-                    let _ = tx.send(Msg::Closed { stream: op, failure: e.into_failure() });
-                    return;
-                }
-                None => {
-                    let failure = Failure::StreamClosed("keep-alive stream ended".into());
-                    let _ = tx.send(Msg::Closed { stream: op, failure });
-                    return;
-                }
-            },
-            send = sends.recv() => match send {
-                Some(()) => {
-                    if let Err(e) = keeper.send().await {
-                        let _ = tx.send(Msg::Closed { stream: op, failure: e.into_failure() });
+                    if reader_tx
+                        .send(Msg::Reply {
+                            stream: op,
+                            ttl_secs,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
                 }
-                None => return,
-            },
+                Some(Err(e)) => return closed(&reader_tx, e.into_failure()),
+                None => {
+                    let failure = Failure::StreamClosed("keep-alive stream ended".into());
+                    return closed(&reader_tx, failure);
+                }
+            }
+        }
+    });
+    while let Some(()) = sends.recv().await {
+        if let Err(e) = keeper.send().await {
+            return closed(&tx, e.into_failure());
         }
     }
 }

@@ -26,7 +26,7 @@ use tracing::{debug, warn};
 use crate::api::{outcome, EtcdApi, WatchControl, WatchEvents, WatchMessage};
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::exec::{sleep_until, Tasks};
+use crate::exec::{sleep_until, spawn_reader, Tasks};
 use crate::liveness::DEFAULT_PREFIX;
 use crate::metadata::HostMetadata;
 
@@ -281,8 +281,14 @@ struct Runner<A: EtcdApi, M> {
     ready: Option<oneshot::Sender<Result<(), Error>>>,
     requests: Tasks,
     streams: Tasks,
-    controls: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
+    controls: BTreeMap<OpId, mpsc::UnboundedSender<Control>>,
     _meta: PhantomData<fn() -> M>,
+}
+
+/// What the run loop asks of a watch stream's task.
+enum Control {
+    Progress,
+    Cancel,
 }
 
 impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
@@ -469,20 +475,24 @@ impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
             }
             Command::RequestProgress { stream } => {
                 if let Some(control) = self.controls.get(&stream) {
-                    let _ = control.send(());
+                    let _ = control.send(Control::Progress);
                 }
             }
-            Command::CancelWatch { stream } => {
-                self.streams.abort(stream);
-                self.controls.remove(&stream);
-            }
+            Command::CancelWatch { stream } => match self.controls.remove(&stream) {
+                // The task cancels the watch on the server and ends.
+                Some(control) if control.send(Control::Cancel).is_ok() => {
+                    self.streams.finished(stream);
+                }
+                _ => self.streams.abort(stream),
+            },
             Command::Abandon { op } => self.requests.abort(op),
         }
     }
 }
 
-/// Owns one watch stream: opens it, forwards its messages (blocking when
-/// the run loop has no room), and sends progress requests when asked.
+/// Owns one watch stream: opens it, forwards its messages from a reader
+/// task of its own (which blocks when the run loop has no room: that is the
+/// backpressure), and sends progress requests and the cancel when asked.
 async fn watch_stream<A: EtcdApi>(
     api: A,
     op: OpId,
@@ -490,9 +500,9 @@ async fn watch_stream<A: EtcdApi>(
     start: Revision,
     tx: mpsc::UnboundedSender<Msg>,
     messages: mpsc::Sender<(OpId, WatchMessage)>,
-    mut progress: mpsc::UnboundedReceiver<()>,
+    mut control_rx: mpsc::UnboundedReceiver<Control>,
 ) {
-    let closed = |failure: Failure| {
+    let closed = move |tx: &mpsc::UnboundedSender<Msg>, failure: Failure| {
         let _ = tx.send(Msg::Closed {
             stream: op,
             failure,
@@ -500,28 +510,36 @@ async fn watch_stream<A: EtcdApi>(
     };
     let (mut control, mut stream) = match api.watch(prefix, start).await {
         Ok(pair) => pair,
-        Err(e) => return closed(e.into_failure()),
+        Err(e) => return closed(&tx, e.into_failure()),
     };
-    loop {
-        tokio::select! {
-            biased;
-            msg = stream.next() => match msg {
+    let reader_tx = tx.clone();
+    let _reader = spawn_reader(async move {
+        loop {
+            match stream.next().await {
                 Some(Ok(m)) => {
                     if messages.send((op, m)).await.is_err() {
                         return;
                     }
                 }
-                Some(Err(e)) => return closed(e.into_failure()),
-                None => return closed(Failure::StreamClosed("watch stream ended".into())),
-            },
-            ask = progress.recv() => match ask {
-                Some(()) => {
-                    if let Err(e) = control.request_progress().await {
-                        return closed(e.into_failure());
-                    }
+                Some(Err(e)) => return closed(&reader_tx, e.into_failure()),
+                None => {
+                    let failure = Failure::StreamClosed("watch stream ended".into());
+                    return closed(&reader_tx, failure);
                 }
-                None => return,
-            },
+            }
+        }
+    });
+    while let Some(ask) = control_rx.recv().await {
+        match ask {
+            Control::Progress => {
+                if let Err(e) = control.request_progress().await {
+                    return closed(&tx, e.into_failure());
+                }
+            }
+            Control::Cancel => {
+                control.cancel().await;
+                return;
+            }
         }
     }
 }

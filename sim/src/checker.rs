@@ -13,16 +13,35 @@
 //! - **stop works and ends the task**: `stop` succeeds once faults are
 //!   healed, and the handle's task ends.
 //!
-//! It also measures detection latency (crash to key gone) and heal latency
-//! (path to etcd clear to registered again).
+//!
+//! Watcher invariants:
+//!
+//! - **sound**: replaying a watcher's events from empty never gives an
+//!   `Up` for a host already up, a `Down` or `Updated` for one not up, or a
+//!   revision going back;
+//! - **converges**: once everything heals, within
+//!   [`watcher_bound`](crate::harness::watcher_bound), both the replayed
+//!   view and the watcher's `view()` equal the hosts in etcd (with their
+//!   mod revisions);
+//! - **complete**: whenever a watcher has been undisturbed for that bound,
+//!   its replayed view agrees with every host whose key has been stably
+//!   present or absent for the last second.
+//!
+//! It also measures detection latency (crash to key gone), heal latency
+//! (path to etcd clear to registered again) and watcher lag (etcd change
+//! to event delivered, while undisturbed).
 
 use std::time::Duration;
 
 use coord::LivenessStatus;
 
-use crate::harness::{heal_bound, EXPIRY_SLACK};
-use crate::history::{Condition, History, HostSample, What, SAMPLE_EVERY};
-use crate::schedule::{Case, Fault};
+use std::collections::BTreeMap;
+
+use crate::harness::{heal_bound, watcher_bound, EXPIRY_SLACK};
+use crate::history::{
+    Condition, History, HostSample, WatcherEventKind, WatcherSample, What, SAMPLE_EVERY,
+};
+use crate::schedule::{Case, Fault, WATCHERS};
 
 /// Which invariant failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -41,6 +60,12 @@ pub enum Invariant {
     NoPanic,
     /// The simulator's own plumbing delivered a message of the wrong type.
     SimulatorSound,
+    /// A watcher's events do not replay soundly.
+    WatcherSound,
+    /// A watcher's view did not converge to etcd's after the heal.
+    WatcherConverges,
+    /// An undisturbed watcher missed a change.
+    WatcherComplete,
 }
 
 /// One violation.
@@ -67,6 +92,8 @@ pub struct Verdict {
     pub detection_ms: Vec<u64>,
     /// Path clear to registered again, ms.
     pub heal_ms: Vec<u64>,
+    /// etcd change to watcher event, ms (undisturbed watchers only).
+    pub lag_ms: Vec<u64>,
 }
 
 impl Verdict {
@@ -126,6 +153,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     crashed_keys_expire(case, history, &samples, &mut v);
     no_ghost(case, history, &samples, &mut v);
     heal_latencies(history, &samples, &mut v);
+    watchers(history, heal_at, stop_all_at, &mut v);
     for r in &history.records {
         if let What::SimulatorAnomalies(n) = r.what {
             v.checks += 1;
@@ -458,6 +486,227 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
             if !disturbs(host, at, *t) {
                 v.heal_ms.push(t - at);
             }
+        }
+    }
+}
+
+/// Intervals (start, end) during which watcher `w` may legitimately lag:
+/// its own partitions and pauses, etcd leader changes, unanswered
+/// requests, and compactions (which force a re-list).
+fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut open_partition = None;
+    let mut open_pause = None;
+    for r in &history.records {
+        match &r.what {
+            What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w => {
+                open_partition.get_or_insert(r.at_ms);
+            }
+            What::WatcherPartitionEnded { watcher } if *watcher == w => {
+                if let Some(s) = open_partition.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w => {
+                open_pause.get_or_insert(r.at_ms);
+            }
+            What::WatcherResumed { watcher } if *watcher == w => {
+                if let Some(s) = open_pause.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+                out.push((r.at_ms, r.at_ms + unavailable_ms));
+            }
+            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
+            What::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
+            _ => {}
+        }
+    }
+    for s in open_partition.into_iter().chain(open_pause) {
+        out.push((s, u64::MAX));
+    }
+    out
+}
+
+fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v: &mut Verdict) {
+    let bound = ms(watcher_bound());
+    let revision_times: BTreeMap<i64, u64> = history
+        .records
+        .iter()
+        .find_map(|r| match &r.what {
+            What::RevisionTimes(t) => Some(t.iter().copied().collect()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let disturbed: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
+        .map(|w| watcher_disturbances(history, w))
+        .collect();
+    let settled = |w: usize, t: u64| disturbed[w].iter().all(|(s, e)| *e + bound < t || *s > t);
+    // Replayed views, the last revision seen, and whether synced.
+    let mut views: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); WATCHERS];
+    let mut last_rev = [0i64; WATCHERS];
+    let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
+    // Recent truth samples, to know what was stable for the last second.
+    let mut recent: Vec<(u64, BTreeMap<String, i64>)> = Vec::new();
+    let convergence_at = heal_at.map(|h| h + bound);
+    let mut convergence_checked = false;
+    for r in &history.records {
+        match &r.what {
+            What::WatcherEvent { watcher, event } => {
+                let w = *watcher;
+                let Some(view) = views.get_mut(w) else {
+                    continue;
+                };
+                if event.revision < last_rev[w] {
+                    v.violate(
+                        Invariant::WatcherSound,
+                        r.at_ms,
+                        None,
+                        format!(
+                            "watcher {w}: revision went back from {} to {}",
+                            last_rev[w], event.revision
+                        ),
+                    );
+                }
+                last_rev[w] = last_rev[w].max(event.revision);
+                v.checks += 1;
+                let host = event.host.clone().unwrap_or_default();
+                let ok = match event.kind {
+                    WatcherEventKind::Up => view
+                        .insert(host.clone(), event.mod_revision.unwrap_or(0))
+                        .is_none(),
+                    WatcherEventKind::Updated => view
+                        .insert(host.clone(), event.mod_revision.unwrap_or(0))
+                        .is_some(),
+                    WatcherEventKind::Down => view.remove(&host).is_some(),
+                    WatcherEventKind::Synced => {
+                        synced_at[w].get_or_insert(r.at_ms);
+                        true
+                    }
+                    WatcherEventKind::Resynced => true,
+                };
+                if !ok {
+                    v.violate(
+                        Invariant::WatcherSound,
+                        r.at_ms,
+                        None,
+                        format!(
+                            "watcher {w}: {:?} for {host} does not apply to its view",
+                            event.kind
+                        ),
+                    );
+                }
+                let live = matches!(
+                    event.kind,
+                    WatcherEventKind::Up | WatcherEventKind::Updated | WatcherEventKind::Down
+                );
+                if live && settled(w, r.at_ms) {
+                    if let Some(made) = revision_times.get(&event.revision) {
+                        v.lag_ms.push(r.at_ms.saturating_sub(*made));
+                    }
+                }
+            }
+            What::Sample(hosts) => {
+                let truth: BTreeMap<String, i64> = hosts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, s)| s.key_mod_revision.map(|m| (format!("host-{i}"), m)))
+                    .collect();
+                recent.push((r.at_ms, truth));
+                recent.retain(|(t, _)| *t + 1000 >= r.at_ms);
+            }
+            What::WatcherSample(samples) => {
+                let at = r.at_ms;
+                let Some((_, truth)) = recent.last() else {
+                    continue;
+                };
+                if !convergence_checked
+                    && convergence_at.is_some_and(|c| at >= c)
+                    && stop_all_at.map_or(true, |s| at < s)
+                {
+                    convergence_checked = true;
+                    check_converged(at, truth, &views, samples, v);
+                }
+                for w in 0..WATCHERS {
+                    let alive = samples
+                        .get(w)
+                        .is_some_and(|s| s.condition == Condition::Alive);
+                    let since_sync = synced_at[w].is_some_and(|s| s + bound <= at);
+                    if !(alive && since_sync && settled(w, at)) {
+                        continue;
+                    }
+                    check_complete(w, at, &recent, &views[w], v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check_converged(
+    at: u64,
+    truth: &BTreeMap<String, i64>,
+    views: &[BTreeMap<String, i64>],
+    samples: &[WatcherSample],
+    v: &mut Verdict,
+) {
+    for (w, view) in views.iter().enumerate() {
+        v.checks += 2;
+        if view != truth {
+            v.violate(
+                Invariant::WatcherConverges,
+                at,
+                None,
+                format!("watcher {w}: replayed events give {view:?}, etcd has {truth:?}"),
+            );
+        }
+        let driver_view = samples.get(w).and_then(|s| s.view.as_ref());
+        if driver_view != Some(truth) {
+            v.violate(
+                Invariant::WatcherConverges,
+                at,
+                None,
+                format!("watcher {w}: view() is {driver_view:?}, etcd has {truth:?}"),
+            );
+        }
+    }
+}
+
+/// Hosts whose presence (and mod revision) was the same in every sample of
+/// the last second must be in the replayed view exactly so.
+fn check_complete(
+    w: usize,
+    at: u64,
+    recent: &[(u64, BTreeMap<String, i64>)],
+    view: &BTreeMap<String, i64>,
+    v: &mut Verdict,
+) {
+    let Some((_, now)) = recent.last() else {
+        return;
+    };
+    let hosts: std::collections::BTreeSet<&String> = recent
+        .iter()
+        .flat_map(|(_, t)| t.keys())
+        .chain(view.keys())
+        .collect();
+    for host in hosts {
+        let stable = recent.iter().all(|(_, t)| t.get(host) == now.get(host));
+        if !stable {
+            continue;
+        }
+        v.checks += 1;
+        if view.get(host) != now.get(host) {
+            v.violate(
+                Invariant::WatcherComplete,
+                at,
+                None,
+                format!(
+                    "watcher {w}: {host} is {:?} in etcd (stable for 1 s) but {:?} in its view",
+                    now.get(host),
+                    view.get(host)
+                ),
+            );
         }
     }
 }

@@ -180,6 +180,13 @@ impl WatchControl for SimWatchControl {
         };
         self.etcd.send(self.stream, request).await
     }
+
+    async fn cancel(&mut self) {
+        let request = Request::CancelWatch {
+            stream: self.stream,
+        };
+        let _ = self.etcd.send(self.stream, request).await;
+    }
 }
 
 impl WatchEvents for SimWatchEvents {

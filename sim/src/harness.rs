@@ -1,16 +1,23 @@
 //! Runs one [`Case`]: a simulated etcd node, one node per host running the
-//! real `HostLiveness` (core + driver) over [`SimEtcd`], the fault injector,
-//! and the observer that records the [`History`].
+//! real `HostLiveness` (core + driver) over [`SimEtcd`], [`WATCHERS`] nodes
+//! running the real `HostWatcher`, the fault injector, and the observer
+//! that records the [`History`].
 //!
 //! Phase 1 injects the case's faults. Phase 2 heals everything and waits
-//! [`heal_bound`]; then every host is stopped and the run goes on for two
-//! TTLs so that a key reappearing after stop would be seen.
+//! for the longer of [`heal_bound`] and [`watcher_bound`], plus a settled
+//! stretch; then every host is stopped and the run goes on for two TTLs so
+//! that a key reappearing after stop (or a watcher missing the Downs) would
+//! be seen.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use coord::{EtcdApi, HostLiveness, HostMetadata, LivenessOptions, LivenessStatus};
+use coord::{
+    EtcdApi, HostEvent, HostLiveness, HostMetadata, HostWatcher, LivenessOptions, LivenessStatus,
+    WatcherOptions,
+};
 use madsim::net::{Endpoint, NetSim};
 use madsim::runtime::Handle;
 use madsim::task::NodeId;
@@ -18,15 +25,18 @@ use madsim::time::{sleep, sleep_until, Instant};
 use tokio::sync::{broadcast, watch};
 
 use crate::client::SimEtcd;
-use crate::history::{Condition, History, HostSample, Recorder, What, SAMPLE_EVERY};
-use crate::schedule::{Case, Direction, Fault};
+use crate::history::{
+    Condition, History, HostSample, Recorder, WatcherEventKind, WatcherEventRecord, WatcherSample,
+    What, SAMPLE_EVERY,
+};
+use crate::schedule::{Case, Direction, Fault, WATCHERS};
 use crate::server::{self, lock, now_ms, SharedEtcd};
 
 /// Turns the simulated client into the `EtcdApi` the hosts use. The real
 /// runs use [`Real`]; the simulator's own tests wrap it in deliberately
 /// broken variants to show the checker catches them.
 pub trait Wrap: Clone + Send + Sync + 'static {
-    /// The API handed to `HostLiveness`.
+    /// The API handed to `HostLiveness` and `HostWatcher`.
     type Api: EtcdApi;
     /// Wraps one process's client.
     fn wrap(&self, etcd: SimEtcd) -> Self::Api;
@@ -53,6 +63,11 @@ fn host_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
 }
 
+fn watcher_ip(i: usize) -> IpAddr {
+    let last = u8::try_from(200 + i).unwrap_or(u8::MAX);
+    IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
+}
+
 /// The key of host `i`.
 pub fn host_key(i: usize) -> String {
     format!("{}host-{i}", coord::DEFAULT_PREFIX)
@@ -69,6 +84,16 @@ pub fn host_options(ttl_secs: u64, seed: u64) -> LivenessOptions {
     }
 }
 
+/// The options every simulated watcher uses: coord's defaults, a seed, and
+/// retrying the first snapshot.
+pub fn watcher_options(seed: u64) -> WatcherOptions {
+    WatcherOptions {
+        seed: Some(seed),
+        retry_first_snapshot: true,
+        ..WatcherOptions::default()
+    }
+}
+
 /// How long after the heal every host must be registered again: one
 /// request deadline (a request lost at the heal), the backoff cap (jitter
 /// included: equal jitter never exceeds the ceiling), and 4 s for the round
@@ -78,26 +103,137 @@ pub fn heal_bound() -> Duration {
     o.request_timeout + o.backoff.cap + Duration::from_secs(4)
 }
 
+/// How long after the heal (or after its last disturbance) a watcher's
+/// view must equal etcd's: a silent stream is noticed within the probe
+/// interval plus a request timeout, the retry waits at most the backoff
+/// cap, and 4 s covers the round trips of a resume or re-list.
+pub fn watcher_bound() -> Duration {
+    let o = WatcherOptions::default();
+    o.probe_interval + o.request_timeout + o.backoff.cap + Duration::from_secs(4)
+}
+
 /// Extra time after a host's TTL before its crashed key must be gone: the
 /// lessor checks every 500 ms, plus 1 s of slack.
 pub const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
 
-struct Slot {
+/// How long the run stays healed before the hosts are stopped, beyond the
+/// bounds, so the checker sees a settled stretch.
+pub const SETTLED: Duration = Duration::from_secs(10);
+
+/// A simulated process and the faults on it.
+struct Proc {
     node: NodeId,
     condition: Condition,
-    status: Option<watch::Receiver<LivenessStatus>>,
     to_etcd: u32,
     from_etcd: u32,
     pauses: u32,
+}
+
+impl Proc {
+    fn new(node: NodeId) -> Self {
+        Proc {
+            node,
+            condition: Condition::Alive,
+            to_etcd: 0,
+            from_etcd: 0,
+            pauses: 0,
+        }
+    }
+
+    fn partition(&mut self, etcd: NodeId, direction: Direction) {
+        let net = NetSim::current();
+        if matches!(direction, Direction::ToEtcd | Direction::Both) {
+            self.to_etcd += 1;
+            net.clog_link(self.node, etcd);
+        }
+        if matches!(direction, Direction::FromEtcd | Direction::Both) {
+            self.from_etcd += 1;
+            net.clog_link(etcd, self.node);
+        }
+    }
+
+    /// Returns true when no partition remains after this one ends.
+    fn end_partition(&mut self, etcd: NodeId, direction: Direction) -> bool {
+        let net = NetSim::current();
+        let before = self.to_etcd + self.from_etcd;
+        if matches!(direction, Direction::ToEtcd | Direction::Both) {
+            self.to_etcd = self.to_etcd.saturating_sub(1);
+            if self.to_etcd == 0 {
+                net.unclog_link(self.node, etcd);
+            }
+        }
+        if matches!(direction, Direction::FromEtcd | Direction::Both) {
+            self.from_etcd = self.from_etcd.saturating_sub(1);
+            if self.from_etcd == 0 {
+                net.unclog_link(etcd, self.node);
+            }
+        }
+        before > 0 && self.to_etcd + self.from_etcd == 0
+    }
+
+    fn pause(&mut self) -> bool {
+        if self.condition == Condition::Crashed {
+            return false;
+        }
+        self.pauses += 1;
+        self.condition = Condition::Paused;
+        Handle::current().pause(self.node);
+        true
+    }
+
+    /// Returns true when the process runs again.
+    fn end_pause(&mut self) -> bool {
+        if self.pauses == 0 {
+            return false;
+        }
+        self.pauses -= 1;
+        if self.pauses > 0 {
+            return false;
+        }
+        self.condition = Condition::Alive;
+        Handle::current().resume(self.node);
+        true
+    }
+
+    fn heal(&mut self, etcd: NodeId) -> (bool, bool) {
+        let mut partition_ended = false;
+        while self.to_etcd > 0 {
+            partition_ended |= self.end_partition(etcd, Direction::ToEtcd);
+        }
+        while self.from_etcd > 0 {
+            partition_ended |= self.end_partition(etcd, Direction::FromEtcd);
+        }
+        let mut resumed = false;
+        while self.pauses > 0 {
+            resumed |= self.end_pause();
+        }
+        (partition_ended, resumed)
+    }
+}
+
+struct Slot {
+    proc: Proc,
+    status: Option<watch::Receiver<LivenessStatus>>,
     incarnation: u64,
     stop: watch::Sender<bool>,
     /// Told to stop; never restarted after that.
     stopped: bool,
 }
 
-type Slots = Arc<Mutex<Vec<Slot>>>;
+struct WatcherSlot {
+    proc: Proc,
+    view: Option<BTreeMap<String, i64>>,
+}
 
-fn slots(s: &Slots) -> MutexGuard<'_, Vec<Slot>> {
+#[derive(Default)]
+struct Fleet {
+    hosts: Vec<Slot>,
+    watchers: Vec<WatcherSlot>,
+}
+
+type Shared = Arc<Mutex<Fleet>>;
+
+fn fleet(s: &Shared) -> MutexGuard<'_, Fleet> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -107,7 +243,7 @@ struct World {
     etcd: SharedEtcd,
     etcd_node: NodeId,
     etcd_ep: Endpoint,
-    slots: Slots,
+    fleet: Shared,
     recorder: Recorder,
     anomalies: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -119,6 +255,13 @@ impl World {
 
     fn record(&self, what: What) {
         self.recorder.record(self.now(), what);
+    }
+
+    async fn client(&self, id: u64) -> Option<SimEtcd> {
+        let server = SocketAddr::from((ETCD_IP, ETCD_PORT));
+        SimEtcd::connect(server, id, Arc::clone(&self.anomalies))
+            .await
+            .ok()
     }
 }
 
@@ -148,20 +291,32 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         etcd,
         etcd_node: etcd_node.id(),
         etcd_ep,
-        slots: Arc::new(Mutex::new(Vec::new())),
+        fleet: Arc::default(),
         recorder: Recorder::default(),
         anomalies: Arc::default(),
     };
+    for i in 0..WATCHERS {
+        let w = world.clone();
+        let wrap = wrap.clone();
+        let seed = case.seed;
+        // The slot exists before the node, whose init reads it.
+        fleet(&world.fleet).watchers.push(WatcherSlot {
+            proc: Proc::new(etcd_node.id()),
+            view: None,
+        });
+        let node = handle
+            .create_node()
+            .name(format!("watcher-{i}"))
+            .ip(watcher_ip(i))
+            .init(move || watcher_agent(w.clone(), wrap.clone(), i, seed))
+            .build();
+        fleet(&world.fleet).watchers[i].proc.node = node.id();
+    }
     for (i, ttl) in case.ttls.iter().copied().enumerate() {
         let (stop, _) = watch::channel(false);
-        // The slot exists before the node, whose init reads it.
-        slots(&world.slots).push(Slot {
-            node: etcd_node.id(),
-            condition: Condition::Alive,
+        fleet(&world.fleet).hosts.push(Slot {
+            proc: Proc::new(etcd_node.id()),
             status: None,
-            to_etcd: 0,
-            from_etcd: 0,
-            pauses: 0,
             incarnation: 0,
             stop,
             stopped: false,
@@ -175,7 +330,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
             .ip(host_ip(i))
             .init(move || agent(w.clone(), wrap.clone(), i, ttl, seed))
             .build();
-        slots(&world.slots)[i].node = node.id();
+        fleet(&world.fleet).hosts[i].proc.node = node.id();
     }
     let sampler = madsim::task::spawn(sample_forever(world.clone()));
 
@@ -186,10 +341,10 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     sleep_until(start + Duration::from_millis(case.phase1_ms)).await;
     heal_all(&world);
     world.record(What::HealAll);
-    sleep(heal_bound() + SAMPLE_EVERY).await;
+    sleep(heal_bound().max(watcher_bound()) + SETTLED).await;
 
     world.record(What::StopAll);
-    for slot in slots(&world.slots).iter_mut() {
+    for slot in fleet(&world.fleet).hosts.iter_mut() {
         slot.stopped = true;
         slot.stop.send_replace(true);
     }
@@ -198,19 +353,20 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     sampler.abort();
     let anomalies = world.anomalies.load(std::sync::atomic::Ordering::Relaxed);
     world.record(What::SimulatorAnomalies(anomalies));
+    let times = lock(&world.etcd).revision_times.clone();
+    world.record(What::RevisionTimes(times));
     world.recorder.snapshot()
 }
 
 /// One host process: registers, records every event, stops when told.
 async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
     let (incarnation, mut stop) = {
-        let mut s = slots(&w.slots);
-        s[i].incarnation += 1;
-        (s[i].incarnation, s[i].stop.subscribe())
+        let mut f = fleet(&w.fleet);
+        f.hosts[i].incarnation += 1;
+        (f.hosts[i].incarnation, f.hosts[i].stop.subscribe())
     };
     let client = (u64::try_from(i).unwrap_or(0) << 32) | incarnation;
-    let server = SocketAddr::from((ETCD_IP, ETCD_PORT));
-    let Ok(etcd) = SimEtcd::connect(server, client, Arc::clone(&w.anomalies)).await else {
+    let Some(etcd) = w.client(client).await else {
         return;
     };
     let meta = HostMetadata {
@@ -234,7 +390,7 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
         }
     };
     let mut events = host.subscribe();
-    slots(&w.slots)[i].status = Some(host.state());
+    fleet(&w.fleet).hosts[i].status = Some(host.state());
     loop {
         tokio::select! {
             biased;
@@ -268,31 +424,118 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
     w.record(What::TaskEnded { host: i, ended });
 }
 
+/// One watcher process: records every event its consumer takes, and
+/// publishes its `view()` for the observer.
+async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64) {
+    let id = (1 << 48) | u64::try_from(i).unwrap_or(0);
+    let Some(etcd) = w.client(id).await else {
+        return;
+    };
+    let opts = watcher_options(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let Ok(mut watcher) = HostWatcher::<HostMetadata>::new(wrap.wrap(etcd), opts).await else {
+        return;
+    };
+    loop {
+        let view = watcher
+            .view()
+            .into_iter()
+            .map(|(h, r)| (h, r.mod_revision.0))
+            .collect();
+        fleet(&w.fleet).watchers[i].view = Some(view);
+        let event = tokio::select! {
+            biased;
+            e = watcher.next() => e,
+            () = sleep(SAMPLE_EVERY) => continue,
+        };
+        let Some(event) = event else { return };
+        let record = match event {
+            HostEvent::Up {
+                host,
+                record,
+                revision,
+            } => WatcherEventRecord {
+                kind: WatcherEventKind::Up,
+                host: Some(host),
+                mod_revision: Some(record.mod_revision.0),
+                revision: revision.0,
+            },
+            HostEvent::Updated {
+                host,
+                record,
+                revision,
+                ..
+            } => WatcherEventRecord {
+                kind: WatcherEventKind::Updated,
+                host: Some(host),
+                mod_revision: Some(record.mod_revision.0),
+                revision: revision.0,
+            },
+            HostEvent::Down { host, revision, .. } => WatcherEventRecord {
+                kind: WatcherEventKind::Down,
+                host: Some(host),
+                mod_revision: None,
+                revision: revision.0,
+            },
+            HostEvent::Synced { revision } => WatcherEventRecord {
+                kind: WatcherEventKind::Synced,
+                host: None,
+                mod_revision: None,
+                revision: revision.0,
+            },
+            HostEvent::Resynced { revision, .. } => WatcherEventRecord {
+                kind: WatcherEventKind::Resynced,
+                host: None,
+                mod_revision: None,
+                revision: revision.0,
+            },
+        };
+        w.record(What::WatcherEvent {
+            watcher: i,
+            event: record,
+        });
+    }
+}
+
 async fn sample_forever(w: World) {
     loop {
-        let sample = {
+        let (hosts, watchers) = {
             let st = lock(&w.etcd);
-            slots(&w.slots)
+            let f = fleet(&w.fleet);
+            let hosts = f
+                .hosts
                 .iter()
                 .enumerate()
-                .map(|(i, slot)| HostSample {
-                    condition: slot.condition,
-                    status: match slot.condition {
-                        Condition::Crashed => None,
-                        _ => slot.status.as_ref().map(|rx| rx.borrow().clone()),
-                    },
-                    key_lease: st.model.get(host_key(i).as_bytes()).map(|kv| kv.lease),
+                .map(|(i, slot)| {
+                    let kv = st.model.get(host_key(i).as_bytes());
+                    HostSample {
+                        condition: slot.proc.condition,
+                        status: match slot.proc.condition {
+                            Condition::Crashed => None,
+                            _ => slot.status.as_ref().map(|rx| rx.borrow().clone()),
+                        },
+                        key_lease: kv.map(|kv| kv.lease),
+                        key_mod_revision: kv.map(|kv| kv.mod_revision),
+                    }
                 })
-                .collect()
+                .collect();
+            let watchers = f
+                .watchers
+                .iter()
+                .map(|slot| WatcherSample {
+                    condition: slot.proc.condition,
+                    view: slot.view.clone(),
+                })
+                .collect();
+            (hosts, watchers)
         };
-        w.record(What::Sample(sample));
+        w.record(What::Sample(hosts));
+        w.record(What::WatcherSample(watchers));
         sleep(SAMPLE_EVERY).await;
     }
 }
 
 fn inject(w: &World, fault: &Fault) {
     let handle = Handle::current();
-    let net = NetSim::current();
     let now = w.now();
     let applied = match fault.clone() {
         Fault::LeaderChange { unavailable_ms } => {
@@ -317,57 +560,6 @@ fn inject(w: &World, fault: &Fault) {
             st.drop_replies_until = st.drop_replies_until.max(now + ms);
             true
         }
-        Fault::Partition {
-            host,
-            direction,
-            ms,
-        } => {
-            let node = {
-                let mut s = slots(&w.slots);
-                let slot = &mut s[host];
-                if matches!(direction, Direction::ToEtcd | Direction::Both) {
-                    slot.to_etcd += 1;
-                }
-                if matches!(direction, Direction::FromEtcd | Direction::Both) {
-                    slot.from_etcd += 1;
-                }
-                slot.node
-            };
-            if matches!(direction, Direction::ToEtcd | Direction::Both) {
-                net.clog_link(node, w.etcd_node);
-            }
-            if matches!(direction, Direction::FromEtcd | Direction::Both) {
-                net.clog_link(w.etcd_node, node);
-            }
-            let w2 = w.clone();
-            madsim::task::spawn(async move {
-                sleep(Duration::from_millis(ms)).await;
-                end_partition(&w2, host, direction);
-            });
-            true
-        }
-        Fault::Pause { host, ms } => {
-            let node = {
-                let mut s = slots(&w.slots);
-                let slot = &mut s[host];
-                if slot.condition == Condition::Crashed {
-                    None
-                } else {
-                    slot.pauses += 1;
-                    slot.condition = Condition::Paused;
-                    Some(slot.node)
-                }
-            };
-            if let Some(node) = node {
-                handle.pause(node);
-                let w2 = w.clone();
-                madsim::task::spawn(async move {
-                    sleep(Duration::from_millis(ms)).await;
-                    end_pause(&w2, host);
-                });
-            }
-            node.is_some()
-        }
         Fault::RevokeLease { host } => {
             let mut st = lock(&w.etcd);
             let lease = st.model.get(host_key(host).as_bytes()).map(|kv| kv.lease);
@@ -376,9 +568,9 @@ fn inject(w: &World, fault: &Fault) {
             revoked
         }
         Fault::Stop { host } => {
-            let mut s = slots(&w.slots);
-            let slot = &mut s[host];
-            if slot.stopped || slot.condition == Condition::Crashed {
+            let mut f = fleet(&w.fleet);
+            let slot = &mut f.hosts[host];
+            if slot.stopped || slot.proc.condition == Condition::Crashed {
                 false
             } else {
                 slot.stopped = true;
@@ -386,14 +578,80 @@ fn inject(w: &World, fault: &Fault) {
                 true
             }
         }
+        Fault::Partition {
+            host,
+            direction,
+            ms,
+        } => {
+            fleet(&w.fleet).hosts[host]
+                .proc
+                .partition(w.etcd_node, direction);
+            let w2 = w.clone();
+            madsim::task::spawn(async move {
+                sleep(Duration::from_millis(ms)).await;
+                let ended = fleet(&w2.fleet).hosts[host]
+                    .proc
+                    .end_partition(w2.etcd_node, direction);
+                if ended {
+                    w2.record(What::PartitionEnded { host });
+                }
+            });
+            true
+        }
+        Fault::PartitionWatcher {
+            watcher,
+            direction,
+            ms,
+        } => {
+            fleet(&w.fleet).watchers[watcher]
+                .proc
+                .partition(w.etcd_node, direction);
+            let w2 = w.clone();
+            madsim::task::spawn(async move {
+                sleep(Duration::from_millis(ms)).await;
+                let ended = fleet(&w2.fleet).watchers[watcher]
+                    .proc
+                    .end_partition(w2.etcd_node, direction);
+                if ended {
+                    w2.record(What::WatcherPartitionEnded { watcher });
+                }
+            });
+            true
+        }
+        Fault::Pause { host, ms } => {
+            let paused = fleet(&w.fleet).hosts[host].proc.pause();
+            if paused {
+                let w2 = w.clone();
+                madsim::task::spawn(async move {
+                    sleep(Duration::from_millis(ms)).await;
+                    if fleet(&w2.fleet).hosts[host].proc.end_pause() {
+                        w2.record(What::Resumed { host });
+                    }
+                });
+            }
+            paused
+        }
+        Fault::PauseWatcher { watcher, ms } => {
+            let paused = fleet(&w.fleet).watchers[watcher].proc.pause();
+            if paused {
+                let w2 = w.clone();
+                madsim::task::spawn(async move {
+                    sleep(Duration::from_millis(ms)).await;
+                    if fleet(&w2.fleet).watchers[watcher].proc.end_pause() {
+                        w2.record(What::WatcherResumed { watcher });
+                    }
+                });
+            }
+            paused
+        }
         Fault::Crash { host, down_ms } => {
             let node = {
-                let mut s = slots(&w.slots);
-                let slot = &mut s[host];
-                if slot.condition == Condition::Alive && !slot.stopped {
-                    slot.condition = Condition::Crashed;
+                let mut f = fleet(&w.fleet);
+                let slot = &mut f.hosts[host];
+                if slot.proc.condition == Condition::Alive && !slot.stopped {
+                    slot.proc.condition = Condition::Crashed;
                     slot.status = None;
-                    Some(slot.node)
+                    Some(slot.proc.node)
                 } else {
                     None
                 }
@@ -414,82 +672,51 @@ fn inject(w: &World, fault: &Fault) {
     }
 }
 
-fn end_partition(w: &World, host: usize, direction: Direction) {
-    let net = NetSim::current();
-    let (node, ended) = {
-        let mut s = slots(&w.slots);
-        let slot = &mut s[host];
-        let before = slot.to_etcd + slot.from_etcd;
-        if matches!(direction, Direction::ToEtcd | Direction::Both) {
-            slot.to_etcd = slot.to_etcd.saturating_sub(1);
-            if slot.to_etcd == 0 {
-                net.unclog_link(slot.node, w.etcd_node);
-            }
-        }
-        if matches!(direction, Direction::FromEtcd | Direction::Both) {
-            slot.from_etcd = slot.from_etcd.saturating_sub(1);
-            if slot.from_etcd == 0 {
-                net.unclog_link(w.etcd_node, slot.node);
-            }
-        }
-        (slot.node, before > 0 && slot.to_etcd + slot.from_etcd == 0)
-    };
-    let _ = node;
-    if ended {
-        w.record(What::PartitionEnded { host });
-    }
-}
-
-fn end_pause(w: &World, host: usize) {
-    let node = {
-        let mut s = slots(&w.slots);
-        let slot = &mut s[host];
-        if slot.pauses == 0 {
-            return;
-        }
-        slot.pauses -= 1;
-        if slot.pauses > 0 {
-            return;
-        }
-        slot.condition = Condition::Alive;
-        slot.node
-    };
-    Handle::current().resume(node);
-    w.record(What::Resumed { host });
-}
-
 fn restart(w: &World, host: usize) {
     let node = {
-        let mut s = slots(&w.slots);
-        let slot = &mut s[host];
-        if slot.condition != Condition::Crashed {
+        let mut f = fleet(&w.fleet);
+        let slot = &mut f.hosts[host];
+        if slot.proc.condition != Condition::Crashed {
             return;
         }
-        slot.condition = Condition::Alive;
-        slot.node
+        slot.proc.condition = Condition::Alive;
+        slot.proc.node
     };
     Handle::current().restart(node);
     w.record(What::Restarted { host });
 }
 
 fn heal_all(w: &World) {
-    let n = slots(&w.slots).len();
-    for host in 0..n {
-        let (to, from) = {
-            let s = slots(&w.slots);
-            (s[host].to_etcd, s[host].from_etcd)
-        };
-        for _ in 0..to {
-            end_partition(w, host, Direction::ToEtcd);
+    let (hosts, watchers) = {
+        let mut f = fleet(&w.fleet);
+        let hosts: Vec<(bool, bool)> = f
+            .hosts
+            .iter_mut()
+            .map(|s| s.proc.heal(w.etcd_node))
+            .collect();
+        let watchers: Vec<(bool, bool)> = f
+            .watchers
+            .iter_mut()
+            .map(|s| s.proc.heal(w.etcd_node))
+            .collect();
+        (hosts, watchers)
+    };
+    for (host, (partition_ended, resumed)) in hosts.into_iter().enumerate() {
+        if partition_ended {
+            w.record(What::PartitionEnded { host });
         }
-        for _ in 0..from {
-            end_partition(w, host, Direction::FromEtcd);
-        }
-        let pauses = slots(&w.slots)[host].pauses;
-        for _ in 0..pauses {
-            end_pause(w, host);
+        if resumed {
+            w.record(What::Resumed { host });
         }
         restart(w, host);
+    }
+    for (watcher, (partition_ended, resumed)) in watchers.into_iter().enumerate() {
+        if partition_ended {
+            w.record(What::WatcherPartitionEnded { watcher });
+        }
+        if resumed {
+            w.record(What::WatcherResumed { watcher });
+        }
     }
     let now = w.now();
     let mut st = lock(&w.etcd);

@@ -33,6 +33,8 @@ pub struct HostSample {
     pub status: Option<LivenessStatus>,
     /// The lease its key is attached to in etcd, if the key exists.
     pub key_lease: Option<i64>,
+    /// The key's mod revision in etcd, if it exists.
+    pub key_mod_revision: Option<i64>,
 }
 
 /// Something that happened.
@@ -87,6 +89,65 @@ pub enum What {
     /// Messages the simulated clients received with the wrong type (the
     /// simulator's own plumbing mixed them up); recorded at the end.
     SimulatorAnomalies(u64),
+    /// A partition of a watcher ended.
+    WatcherPartitionEnded {
+        /// Watcher index.
+        watcher: usize,
+    },
+    /// A pause of a watcher ended.
+    WatcherResumed {
+        /// Watcher index.
+        watcher: usize,
+    },
+    /// A watcher's handle delivered an event to its consumer.
+    WatcherEvent {
+        /// Watcher index.
+        watcher: usize,
+        /// The event.
+        event: WatcherEventRecord,
+    },
+    /// Every watcher's condition and `view()`, taken with each `Sample`.
+    WatcherSample(Vec<WatcherSample>),
+    /// When each etcd revision was made (virtual ms); recorded at the end.
+    RevisionTimes(Vec<(i64, u64)>),
+}
+
+/// The kind of a watcher event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatcherEventKind {
+    /// A host came up.
+    Up,
+    /// A host changed.
+    Updated,
+    /// A host went down.
+    Down,
+    /// The first snapshot is complete.
+    Synced,
+    /// The view was rebuilt.
+    Resynced,
+}
+
+/// A watcher event, reduced to what the checker needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatcherEventRecord {
+    /// Which kind.
+    pub kind: WatcherEventKind,
+    /// The host, for Up/Updated/Down.
+    pub host: Option<String>,
+    /// The host's key's mod revision, for Up/Updated.
+    pub mod_revision: Option<i64>,
+    /// The revision the event reflects.
+    pub revision: i64,
+}
+
+/// One watcher in a sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatcherSample {
+    /// Its process.
+    pub condition: Condition,
+    /// Its `view()`: host id to the key's mod revision (`None` until the
+    /// watcher exists).
+    pub view: Option<std::collections::BTreeMap<String, i64>>,
 }
 
 /// A record with its virtual time.

@@ -74,11 +74,11 @@ mod campaign {
         generator: Generator,
     }
 
-    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N] [--generator 1|2]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS] [--generator 1|2]";
+    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N] [--generator 1|2|3]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS] [--generator 1|2|3]";
 
     fn parse() -> Result<Args, String> {
         let mut a = Args {
-            seeds: 8000,
+            seeds: 2500,
             start: 1,
             replay: None,
             shape: Shape::default(),
@@ -108,7 +108,8 @@ mod campaign {
                     a.generator = match n {
                         1 => Generator::V1,
                         2 => Generator::V2,
-                        _ => return Err(format!("--generator: 1 or 2\n{USAGE}")),
+                        3 => Generator::V3,
+                        _ => return Err(format!("--generator: 1, 2 or 3\n{USAGE}")),
                     }
                 }
                 _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
@@ -129,8 +130,10 @@ mod campaign {
         if shape.phase1 != d.phase1 {
             cmd += &format!(" --duration {}", shape.phase1.as_secs());
         }
-        if generator == Generator::V1 {
-            cmd += " --generator 1";
+        match generator {
+            Generator::V1 => cmd += " --generator 1",
+            Generator::V2 => cmd += " --generator 2",
+            Generator::V3 => {}
         }
         cmd
     }

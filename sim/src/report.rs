@@ -27,6 +27,8 @@ pub struct Summary {
     pub heal_ms: Vec<u64>,
     /// `stop` calls that etcd confirmed / could not confirm.
     pub stops: (u64, u64),
+    /// etcd change to watcher event, ms.
+    pub lag_ms: Vec<u64>,
 }
 
 impl Summary {
@@ -45,6 +47,7 @@ impl Summary {
         self.checks += r.verdict.checks;
         self.detection_ms.extend(&r.verdict.detection_ms);
         self.heal_ms.extend(&r.verdict.heal_ms);
+        self.lag_ms.extend(&r.verdict.lag_ms);
         if !r.passed() {
             self.failures.push(r);
         }
@@ -91,7 +94,13 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "(latencies are sampled every {} ms; detection = crash to key gone, heal = path to etcd clear to registered)",
+            "{:<34} {:>14}",
+            "watcher lag p50/p99/max",
+            percentiles(&self.lag_ms)
+        );
+        let _ = writeln!(
+            out,
+            "(detection and heal are sampled every {} ms: detection = crash to key gone, heal = path to etcd clear to registered; watcher lag = etcd change to event, undisturbed watchers)",
             SAMPLE_EVERY.as_millis()
         );
         for f in &self.failures {
@@ -172,6 +181,16 @@ pub fn timeline(r: &CaseResult) -> String {
             What::Fault(f) => {
                 let _ = writeln!(out, "{t}  FAULT   {f:?}");
             }
+            What::WatcherEvent { watcher, event } => {
+                let _ = writeln!(
+                    out,
+                    "{t}  watcher-{watcher}  {:?} {} rev {}",
+                    event.kind,
+                    event.host.as_deref().unwrap_or(""),
+                    event.revision
+                );
+            }
+            What::WatcherSample(_) | What::RevisionTimes(_) => {}
             other => {
                 let _ = writeln!(out, "{t}  harness {other:?}");
             }

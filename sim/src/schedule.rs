@@ -71,7 +71,26 @@ pub enum Fault {
         /// Host index.
         host: usize,
     },
+    /// A watcher cut off from etcd.
+    PartitionWatcher {
+        /// Watcher index.
+        watcher: usize,
+        /// Which way.
+        direction: Direction,
+        /// For how long, ms.
+        ms: u64,
+    },
+    /// A GC pause of a watcher.
+    PauseWatcher {
+        /// Watcher index.
+        watcher: usize,
+        /// For how long, ms.
+        ms: u64,
+    },
 }
+
+/// Watchers in every run.
+pub const WATCHERS: usize = 2;
 
 impl Fault {
     /// A short name for tables.
@@ -85,6 +104,8 @@ impl Fault {
             Fault::DropReplies { .. } => "unanswered requests",
             Fault::Stop { .. } => "stop under faults",
             Fault::RevokeLease { .. } => "lease revoked outside",
+            Fault::PartitionWatcher { .. } => "watcher partition",
+            Fault::PauseWatcher { .. } => "watcher GC pause",
         }
     }
 }
@@ -141,41 +162,100 @@ pub enum Generator {
     /// crash, unanswered requests.
     V1,
     /// V1 plus stop under faults and leases revoked from outside.
-    #[default]
     V2,
+    /// V2 plus partitions and GC pauses of the watchers.
+    #[default]
+    V3,
 }
 
 fn fault(generator: Generator) -> BoxedStrategy<Fault> {
     match generator {
         Generator::V1 => fault_v1().boxed(),
-        Generator::V2 => prop_oneof![
-            fault_v1(),
-            (0usize..10).prop_map(|host| Fault::Stop { host }),
-            (0usize..10).prop_map(|host| Fault::RevokeLease { host }),
+        Generator::V2 => fault_v2().boxed(),
+        // Flat and weighted: every kind gets a fair share.
+        Generator::V3 => prop_oneof![
+            2 => leader_change(),
+            2 => Just(Fault::Compact),
+            2 => partition(),
+            2 => pause(),
+            2 => crash(),
+            2 => drop_replies(),
+            1 => stop(),
+            1 => revoke(),
+            1 => watcher_partition(),
+            1 => watcher_pause(),
         ]
         .boxed(),
     }
 }
 
-fn fault_v1() -> impl Strategy<Value = Fault> {
-    let direction = prop_oneof![
+fn fault_v2() -> impl Strategy<Value = Fault> {
+    prop_oneof![fault_v1(), stop(), revoke()]
+}
+
+fn direction() -> impl Strategy<Value = Direction> {
+    prop_oneof![
         Just(Direction::ToEtcd),
         Just(Direction::FromEtcd),
         Just(Direction::Both)
-    ];
+    ]
+}
+
+fn leader_change() -> impl Strategy<Value = Fault> {
+    (100u64..3_000).prop_map(|unavailable_ms| Fault::LeaderChange { unavailable_ms })
+}
+
+fn partition() -> impl Strategy<Value = Fault> {
+    (0usize..10, direction(), 100u64..30_000).prop_map(|(host, direction, ms)| Fault::Partition {
+        host,
+        direction,
+        ms,
+    })
+}
+
+fn pause() -> impl Strategy<Value = Fault> {
+    (0usize..10, 100u64..20_000).prop_map(|(host, ms)| Fault::Pause { host, ms })
+}
+
+fn crash() -> impl Strategy<Value = Fault> {
+    (0usize..10, 500u64..30_000).prop_map(|(host, down_ms)| Fault::Crash { host, down_ms })
+}
+
+fn drop_replies() -> impl Strategy<Value = Fault> {
+    (100u64..5_000).prop_map(|ms| Fault::DropReplies { ms })
+}
+
+fn stop() -> impl Strategy<Value = Fault> {
+    (0usize..10).prop_map(|host| Fault::Stop { host })
+}
+
+fn revoke() -> impl Strategy<Value = Fault> {
+    (0usize..10).prop_map(|host| Fault::RevokeLease { host })
+}
+
+fn watcher_partition() -> impl Strategy<Value = Fault> {
+    (0usize..WATCHERS, direction(), 100u64..30_000).prop_map(|(watcher, direction, ms)| {
+        Fault::PartitionWatcher {
+            watcher,
+            direction,
+            ms,
+        }
+    })
+}
+
+fn watcher_pause() -> impl Strategy<Value = Fault> {
+    (0usize..WATCHERS, 100u64..20_000).prop_map(|(watcher, ms)| Fault::PauseWatcher { watcher, ms })
+}
+
+// V1 and V2 are frozen: their structure decides the values a seed yields.
+fn fault_v1() -> impl Strategy<Value = Fault> {
     prop_oneof![
-        (100u64..3_000).prop_map(|unavailable_ms| Fault::LeaderChange { unavailable_ms }),
+        leader_change(),
         Just(Fault::Compact),
-        (0usize..10, direction, 100u64..30_000).prop_map(|(host, direction, ms)| {
-            Fault::Partition {
-                host,
-                direction,
-                ms,
-            }
-        }),
-        (0usize..10, 100u64..20_000).prop_map(|(host, ms)| Fault::Pause { host, ms }),
-        (0usize..10, 500u64..30_000).prop_map(|(host, down_ms)| Fault::Crash { host, down_ms }),
-        (100u64..5_000).prop_map(|ms| Fault::DropReplies { ms }),
+        partition(),
+        pause(),
+        crash(),
+        drop_replies(),
     ]
 }
 

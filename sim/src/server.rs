@@ -297,6 +297,10 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
             }
             Answer::Stream(*stream, msgs)
         }
+        Request::CancelWatch { stream } => {
+            st.watches.remove(&(from, *stream));
+            Answer::None
+        }
         Request::WatchProgress { stream } => {
             let revision = st.model.revision();
             let model = &st.model;

@@ -56,6 +56,11 @@ pub enum Request {
         /// Tag of the stream.
         stream: u64,
     },
+    /// End a watch.
+    CancelWatch {
+        /// Tag of the stream.
+        stream: u64,
+    },
     /// Ask an open watch for a progress notification.
     WatchProgress {
         /// Tag of the stream.

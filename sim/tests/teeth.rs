@@ -250,3 +250,73 @@ fn the_real_client_passes_the_seeds_the_broken_ones_fail() {
         assert!(r.passed(), "seed {seed}: {:?}", r.verdict.violations);
     }
 }
+
+/// Drops delete events from watch streams (as a buggy filter might): the
+/// watchers never learn hosts went down.
+#[derive(Clone)]
+struct DropDeletes;
+#[derive(Clone)]
+struct DropDeletesApi(SimEtcd);
+struct NoDeletes(SimWatchEvents);
+
+impl Wrap for DropDeletes {
+    type Api = DropDeletesApi;
+    fn wrap(&self, etcd: SimEtcd) -> DropDeletesApi {
+        DropDeletesApi(etcd)
+    }
+}
+
+impl coord::WatchEvents for NoDeletes {
+    async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
+        let mut m = self.0.next().await?;
+        if let Ok(msg) = &mut m {
+            msg.events
+                .retain(|e| !matches!(e, coord_core::kv::WatchEvent::Delete { .. }));
+        }
+        Some(m)
+    }
+}
+
+impl EtcdApi for DropDeletesApi {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = NoDeletes;
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.0.lease_grant(ttl_secs).await
+    }
+    async fn put_if_changed(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: LeaseId,
+    ) -> Result<(), EtcdError> {
+        self.0.put_if_changed(key, value, lease).await
+    }
+    async fn range(&self, prefix: Vec<u8>, c: Consistency) -> Result<Listing, EtcdError> {
+        self.0.range(prefix, c).await
+    }
+    async fn watch(
+        &self,
+        prefix: Vec<u8>,
+        start: Revision,
+    ) -> Result<(SimWatchControl, NoDeletes), EtcdError> {
+        let (c, e) = self.0.watch(prefix, start).await?;
+        Ok((c, NoDeletes(e)))
+    }
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.0.lease_revoke(lease).await
+    }
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
+        self.0.lease_keep_alive(lease).await
+    }
+}
+
+#[test]
+fn a_watch_that_drops_deletes_is_caught_as_an_incomplete_watcher() {
+    let seed = first_catch(DropDeletes, Invariant::WatcherComplete, 5);
+    assert!(
+        seed.is_some(),
+        "the checker missed watchers that never saw a Down"
+    );
+}
