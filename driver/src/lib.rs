@@ -50,4 +50,4 @@ pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX
 pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
 };
-pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherOptions};
+pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions};

@@ -248,10 +248,27 @@ where
         self.wait().await;
     }
 
+    /// A cloneable token that closes this watcher from anywhere (another
+    /// task, a shutdown handler). `next()` then returns `None`.
+    pub fn closer(&self) -> WatcherCloser {
+        WatcherCloser(self.close.clone())
+    }
+
     /// Waits until the watcher has stopped (closed, or failed to start).
     pub async fn wait(&self) {
         let mut running = self.running.clone();
         let _ = running.wait_for(|r| !*r).await;
+    }
+}
+
+/// Closes a [`HostWatcher`] from anywhere; see [`HostWatcher::closer`].
+#[derive(Debug, Clone)]
+pub struct WatcherCloser(mpsc::UnboundedSender<()>);
+
+impl WatcherCloser {
+    /// Asks the watcher to close (idempotent; does not wait).
+    pub fn close(&self) {
+        let _ = self.0.send(());
     }
 }
 

@@ -435,3 +435,62 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
         .unwrap_err();
     assert!(matches!(err, Error::Unreachable(_)), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_loses_nothing_and_a_closer_ends_the_stream() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let c = etcd.client().await;
+    let mut w: HostWatcher = HostWatcher::new(
+        c.clone(),
+        WatcherOptions {
+            buffer: 4,
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
+    // Far more changes than the buffer holds, while nobody reads.
+    for i in 0..100 {
+        let id = format!("s{}", i % 10);
+        if i % 4 == 3 {
+            c.clone().delete(format!("{P}{id}"), None).await.unwrap();
+        } else {
+            let value = format!("{{\"host_uuid\":\"{id}\",\"n\":{i}}}");
+            c.clone()
+                .put(format!("{P}{id}"), value, None)
+                .await
+                .unwrap();
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let end = c
+        .clone()
+        .get("x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let mut view = BTreeMap::new();
+    let mut last = Revision(0);
+    let mut count = 0;
+    while last.0 < end {
+        let e = next(&mut w).await;
+        apply(&mut view, &mut last, &e);
+        count += 1;
+    }
+    assert!(count >= 75, "every change arrived ({count} events)");
+    assert_eq!(
+        view.keys().cloned().collect::<Vec<_>>(),
+        etcd_hosts(&c).await
+    );
+    let closer = w.closer();
+    tokio::spawn(async move { closer.close() });
+    let end_of_stream = tokio::time::timeout(Duration::from_secs(10), w.next())
+        .await
+        .expect("the stream ends");
+    assert!(end_of_stream.is_none());
+    w.wait().await;
+}
