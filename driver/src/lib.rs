@@ -17,6 +17,18 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ```no_run
+//! # async fn demo(client: etcd_client::Client) -> Result<(), coord::Error> {
+//! use coord::{HostEvent, HostWatcher, WatcherOptions};
+//! let mut watcher: HostWatcher = HostWatcher::new(client, WatcherOptions::default()).await?;
+//! while let Some(event) = watcher.next().await {
+//!     if let HostEvent::Down { host, last_seen, .. } = event {
+//!         println!("{host} went down; it last said {:?}", last_seen.meta);
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! The state machines live in `coord-core` (sans-IO); this crate runs them
 //! on tokio against etcd through the [`EtcdApi`] trait.
 
