@@ -398,7 +398,8 @@ impl Watcher {
         })
     }
 
-    /// The live hosts, as the events so far describe them.
+    /// The live hosts, exactly as the events so far describe them (the kv
+    /// of each is the one its last `Up` or `Updated` carried).
     pub fn view(&self) -> &BTreeMap<String, KeyValue> {
         &self.view
     }
@@ -641,17 +642,17 @@ impl Watcher {
         self.watch(now);
     }
 
-    /// Records `kv` for `host`, emitting `Up` or `Updated` (nothing for an
-    /// identical value and lease).
+    /// Records `kv` for `host`, emitting `Up` or `Updated`. An identical
+    /// value and lease is no change: no event, and the view keeps the kv
+    /// last reported, so the view is always exactly the replay of the
+    /// events.
     fn apply_put(&mut self, host: String, kv: KeyValue, revision: Revision) {
         match self.view.get(&host) {
             None => {
                 self.view.insert(host.clone(), kv.clone());
                 self.event(Event::Up { host, kv, revision });
             }
-            Some(old) if old.value == kv.value && old.lease == kv.lease => {
-                self.view.insert(host, kv);
-            }
+            Some(old) if old.value == kv.value && old.lease == kv.lease => {}
             Some(old) => {
                 let previous = old.clone();
                 self.view.insert(host.clone(), kv.clone());

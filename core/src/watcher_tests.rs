@@ -236,11 +236,8 @@ fn puts_and_deletes_become_up_updated_down() {
             }),
             ev(Event::Down {
                 host: "b".into(),
-                last_seen: {
-                    let mut b = kv("b", "B", 4, 8);
-                    b.mod_revision = Revision(13);
-                    b
-                },
+                // The identical re-put changed nothing: the kv last reported.
+                last_seen: kv("b", "B", 4, 8),
                 revision: Revision(16)
             }),
         ]
@@ -529,4 +526,29 @@ fn bad_configs_are_refused() {
         Watcher::new(c).err(),
         Some(ConfigError::RequestTimeoutOutOfRange(_))
     ));
+}
+
+#[test]
+fn an_identical_re_put_changes_neither_events_nor_view() {
+    // Found by the watcher fuzzer (fuzz/seeds/watcher/regression-identical-reput):
+    // the view took the re-put's kv while no event said so.
+    let mut m = watching();
+    let before = m.view().clone();
+    message(
+        &mut m,
+        5,
+        2,
+        MessageKind::Events,
+        vec![put(
+            KeyValue {
+                create_revision: Revision(3),
+                ..kv("a", "A", 30, 7)
+            },
+            Some(kv("a", "A", 3, 7)),
+        )],
+        30,
+    );
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(m.view(), &before);
+    assert_eq!(m.revision(), Revision(30));
 }

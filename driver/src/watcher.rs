@@ -87,7 +87,8 @@ pub struct HostRecord<M> {
     pub raw: Vec<u8>,
     /// The lease the key is attached to.
     pub lease: LeaseId,
-    /// Revision of the key's last change.
+    /// Revision of the last change of this host the watcher reported (an
+    /// identical re-put of the same value and lease is not a change).
     pub mod_revision: Revision,
 }
 

@@ -1,0 +1,280 @@
+//! Fuzzing `Liveness`.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use arbitrary::{Arbitrary, Unstructured};
+use coord_core::liveness::{
+    Command, Event, Input, Liveness, LivenessConfig, LivenessState, Output, Reply, StartPolicy,
+};
+use coord_core::{Failure, Instant, Key, LeaseId, OpId, Outcome};
+
+/// A failure, without free text (so every step decodes from a few bytes).
+#[derive(Debug, Clone, Copy, Arbitrary)]
+pub enum FuzzFailure {
+    /// `Unavailable`.
+    Unavailable,
+    /// `LeaseNotFound`.
+    LeaseNotFound,
+    /// `Compacted`.
+    Compacted(u8),
+    /// `StreamClosed`.
+    StreamClosed,
+    /// `Overloaded`.
+    Overloaded,
+    /// `Other`.
+    Other,
+}
+
+impl FuzzFailure {
+    /// The core failure.
+    pub fn failure(self) -> Failure {
+        match self {
+            FuzzFailure::Unavailable => Failure::Unavailable("fuzz".into()),
+            FuzzFailure::LeaseNotFound => Failure::LeaseNotFound,
+            FuzzFailure::Compacted(r) => Failure::Compacted(i64::from(r)),
+            FuzzFailure::StreamClosed => Failure::StreamClosed("fuzz".into()),
+            FuzzFailure::Overloaded => Failure::Overloaded("fuzz".into()),
+            FuzzFailure::Other => Failure::Other("fuzz".into()),
+        }
+    }
+}
+
+#[derive(Debug, Arbitrary)]
+enum FuzzOutcome {
+    Granted { lease: u8, ttl_secs: i8 },
+    Done,
+    Err(FuzzFailure),
+    Unknown,
+}
+
+/// One step of the fuzzed run.
+#[derive(Debug, Arbitrary)]
+enum Step {
+    Start,
+    Stop,
+    /// Time passes, then the timeout fires if due.
+    Advance(u16),
+    /// Completes the `which`-th op the machine issued.
+    Complete {
+        which: u8,
+        outcome: FuzzOutcome,
+    },
+    /// A reply on the `which`-th op's stream.
+    Reply {
+        which: u8,
+        ttl_secs: i8,
+    },
+    /// The `which`-th op's stream closes.
+    Closed {
+        which: u8,
+        failure: FuzzFailure,
+    },
+    /// A completion for an op the machine never issued.
+    Ghost {
+        op: u16,
+        outcome: FuzzOutcome,
+    },
+}
+
+impl FuzzOutcome {
+    fn outcome(self) -> Outcome<Reply> {
+        match self {
+            FuzzOutcome::Granted { lease, ttl_secs } => Outcome::Ok(Reply::Granted {
+                lease: LeaseId(i64::from(lease)),
+                ttl_secs: i64::from(ttl_secs),
+            }),
+            FuzzOutcome::Done => Outcome::Ok(Reply::Done),
+            FuzzOutcome::Err(f) => Outcome::Err(f.failure()),
+            FuzzOutcome::Unknown => Outcome::Unknown,
+        }
+    }
+}
+
+#[derive(Debug, Arbitrary)]
+struct Plan {
+    ttl_secs: u8,
+    refresh_pct: u8,
+    timeout_ms: u16,
+    start: StartPolicy,
+    seed: u64,
+}
+
+/// Decodes the plan, then steps until the bytes run out (no continuation
+/// flags between steps, so random bytes make long runs too).
+fn decode(data: &[u8]) -> Option<(Plan, Vec<Step>)> {
+    let mut u = Unstructured::new(data);
+    let plan = Plan::arbitrary(&mut u).ok()?;
+    let mut steps = Vec::new();
+    while !u.is_empty() {
+        match Step::arbitrary(&mut u) {
+            Ok(step) => steps.push(step),
+            Err(_) => break,
+        }
+    }
+    Some((plan, steps))
+}
+
+/// How many steps `data` decodes to (for checking a smoke run is not
+/// vacuous).
+pub fn steps(data: &[u8]) -> usize {
+    decode(data).map_or(0, |(_, steps)| steps.len())
+}
+
+/// Runs one fuzz case; panics on a broken invariant.
+pub fn run(data: &[u8]) -> crate::Reach {
+    let Some((plan, steps)) = decode(data) else {
+        return crate::Reach::default();
+    };
+    let ttl = Duration::from_secs(u64::from(plan.ttl_secs.clamp(1, 30)));
+    let mut config =
+        LivenessConfig::new(Key(b"/coord/hosts/f".to_vec()), b"{}".to_vec(), plan.seed);
+    config.ttl = ttl;
+    config.refresh =
+        (ttl * u32::from(plan.refresh_pct.clamp(1, 99)) / 100).max(Duration::from_millis(10));
+    config.request_timeout = Duration::from_millis(u64::from(plan.timeout_ms.max(10)));
+    config.start = plan.start;
+    let Ok(mut m) = Liveness::new(config) else {
+        return crate::Reach::default();
+    };
+    let mut h = Harness {
+        now: 0,
+        ops: Vec::new(),
+        granted: BTreeSet::new(),
+        stopped: false,
+        started: false,
+        milestones: 0,
+    };
+    let n = steps.len();
+    for step in steps {
+        h.step(&mut m, step);
+    }
+    crate::Reach {
+        steps: n,
+        milestones: h.milestones,
+    }
+}
+
+struct Harness {
+    now: u64,
+    ops: Vec<OpId>,
+    granted: BTreeSet<LeaseId>,
+    stopped: bool,
+    started: bool,
+    milestones: usize,
+}
+
+impl Harness {
+    fn op(&self, which: u8) -> OpId {
+        if self.ops.is_empty() {
+            return OpId(u64::from(which));
+        }
+        self.ops[usize::from(which) % self.ops.len()]
+    }
+
+    fn step(&mut self, m: &mut Liveness, step: Step) {
+        let now = Instant::from_millis(self.now);
+        let input = match step {
+            Step::Start => Input::Start,
+            Step::Stop => Input::Stop,
+            Step::Advance(ms) => {
+                self.now += u64::from(ms);
+                let now = Instant::from_millis(self.now);
+                if m.poll_timeout().is_some_and(|d| d <= now) {
+                    let _ = m.handle(now, Input::Timeout);
+                    self.drain(m);
+                }
+                return;
+            }
+            Step::Complete { which, outcome } => {
+                let outcome = outcome.outcome();
+                if let Outcome::Ok(Reply::Granted { lease, .. }) = &outcome {
+                    self.granted.insert(*lease);
+                }
+                Input::Completed {
+                    op: self.op(which),
+                    outcome,
+                }
+            }
+            Step::Reply { which, ttl_secs } => Input::KeepAliveReply {
+                stream: self.op(which),
+                ttl_secs: i64::from(ttl_secs),
+            },
+            Step::Closed { which, failure } => Input::KeepAliveClosed {
+                stream: self.op(which),
+                failure: failure.failure(),
+            },
+            Step::Ghost { op, outcome } => {
+                let outcome = outcome.outcome();
+                if let Outcome::Ok(Reply::Granted { lease, .. }) = &outcome {
+                    self.granted.insert(*lease);
+                }
+                Input::Completed {
+                    op: OpId(u64::from(op) + 1_000_000),
+                    outcome,
+                }
+            }
+        };
+        let is_start = input == Input::Start;
+        let result = m.handle(now, input);
+        if is_start {
+            // Start is refused exactly when it is not the first.
+            assert_eq!(result.is_ok(), !self.started && !self.stopped, "{result:?}");
+            self.started = true;
+        } else {
+            assert_eq!(result, Ok(()), "only Start can be refused");
+        }
+        self.drain(m);
+    }
+
+    fn drain(&mut self, m: &mut Liveness) {
+        while let Some(out) = m.poll() {
+            assert!(!self.stopped, "output after Stopped: {out:?}");
+            match out {
+                Output::Command(c) => {
+                    let op = match c {
+                        Command::Grant { op, .. }
+                        | Command::PutKey { op, .. }
+                        | Command::OpenKeepAlive { op, .. }
+                        | Command::Revoke { op, .. } => Some(op),
+                        _ => None,
+                    };
+                    if let Some(op) = op {
+                        if let Some(last) = self.ops.last() {
+                            assert!(op > *last, "op ids must be fresh: {op} after {last}");
+                        }
+                        self.ops.push(op);
+                    }
+                }
+                Output::Event(e) => match e {
+                    Event::Registered { lease, .. } | Event::Reregistered { lease, .. } => {
+                        assert!(self.granted.contains(&lease), "{lease} was never granted");
+                        self.milestones += 1;
+                    }
+                    Event::Lost { .. } => self.milestones += 1,
+                    Event::Stopped { .. } => {
+                        self.stopped = true;
+                        self.milestones += 1;
+                    }
+                    _ => {}
+                },
+            }
+        }
+        // The machine's own invariants.
+        match m.state() {
+            LivenessState::Registered { lease } => assert_eq!(m.lease(), Some(lease)),
+            _ => assert_eq!(m.lease(), None),
+        }
+        assert_eq!(m.is_stopped(), self.stopped);
+        let live = self.started && !self.stopped;
+        if live {
+            assert!(
+                m.poll_timeout().is_some(),
+                "a live machine always has a deadline"
+            );
+        }
+        if self.stopped {
+            assert_eq!(m.poll_timeout(), None);
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Fuzzing `Watcher`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use arbitrary::{Arbitrary, Unstructured};
+use coord_core::kv::{KeyValue, WatchEvent};
+use coord_core::watcher::{
+    Command, Event, Input, Listing, MessageKind, Output, StartPolicy, Watcher, WatcherConfig,
+};
+use coord_core::{Instant, Key, LeaseId, OpId, Outcome, Revision};
+
+use crate::liveness::FuzzFailure;
+
+const PREFIX: &[u8] = b"/h/";
+
+/// A key: mostly valid hosts from a small set, sometimes anything.
+#[derive(Debug, Arbitrary)]
+enum FuzzKey {
+    Host(u8),
+    /// A short arbitrary tail: nested, empty, unsafe or not UTF-8.
+    Raw([u8; 3], u8),
+}
+
+impl FuzzKey {
+    fn key(&self) -> Key {
+        match self {
+            FuzzKey::Host(n) => Key([PREFIX, format!("h{}", n % 8).as_bytes()].concat()),
+            FuzzKey::Raw(bytes, len) => {
+                let len = usize::from(*len % 4);
+                Key([PREFIX, &bytes[..len]].concat())
+            }
+        }
+    }
+}
+
+#[derive(Debug, Arbitrary)]
+struct FuzzKv {
+    key: FuzzKey,
+    value: u8,
+    lease: u8,
+    rev: u8,
+}
+
+impl FuzzKv {
+    fn kv(&self, base: i64) -> KeyValue {
+        let rev = Revision(base + i64::from(self.rev));
+        KeyValue {
+            key: self.key.key(),
+            value: vec![self.value % 4],
+            create_revision: rev,
+            mod_revision: rev,
+            lease: LeaseId(i64::from(self.lease % 3)),
+        }
+    }
+}
+
+#[derive(Debug, Arbitrary)]
+enum FuzzEvent {
+    Put {
+        kv: FuzzKv,
+        with_prev: bool,
+    },
+    Delete {
+        key: FuzzKey,
+        rev: u8,
+        with_prev: bool,
+    },
+}
+
+#[derive(Debug, Arbitrary)]
+enum Step {
+    Start,
+    Close,
+    Advance(u16),
+    /// Lists for the `which`-th op.
+    Listed {
+        which: u8,
+        kvs: [Option<FuzzKv>; 4],
+        rev: u8,
+    },
+    ListFailed {
+        which: u8,
+        failure: Option<FuzzFailure>,
+    },
+    /// Messages on the `which`-th op's stream.
+    Message {
+        which: u8,
+        kind: MessageKind,
+        events: [Option<FuzzEvent>; 3],
+        rev: u8,
+    },
+    Closed {
+        which: u8,
+        failure: FuzzFailure,
+    },
+    /// A message on a stream the machine never opened.
+    Ghost {
+        op: u16,
+        rev: u8,
+    },
+}
+
+#[derive(Debug, Arbitrary)]
+struct Plan {
+    exclude: Option<u8>,
+    start: StartPolicy,
+    seed: u64,
+}
+
+/// Decodes the plan, then steps until the bytes run out (no continuation
+/// flags between steps, so random bytes make long runs too).
+fn decode(data: &[u8]) -> Option<(Plan, Vec<Step>)> {
+    let mut u = Unstructured::new(data);
+    let plan = Plan::arbitrary(&mut u).ok()?;
+    let mut steps = Vec::new();
+    while !u.is_empty() {
+        match Step::arbitrary(&mut u) {
+            Ok(step) => steps.push(step),
+            Err(_) => break,
+        }
+    }
+    Some((plan, steps))
+}
+
+/// How many steps `data` decodes to (for checking a smoke run is not
+/// vacuous).
+pub fn steps(data: &[u8]) -> usize {
+    decode(data).map_or(0, |(_, steps)| steps.len())
+}
+
+/// Runs one fuzz case; panics on a broken invariant.
+pub fn run(data: &[u8]) -> crate::Reach {
+    let Some((plan, steps)) = decode(data) else {
+        return crate::Reach::default();
+    };
+    let mut config = WatcherConfig::new(Key(PREFIX.to_vec()), plan.seed);
+    config.exclude_host = plan.exclude.map(|n| format!("h{}", n % 8));
+    config.request_timeout = Duration::from_millis(500);
+    config.probe_interval = Duration::from_secs(2);
+    config.start = plan.start;
+    let Ok(mut m) = Watcher::new(config.clone()) else {
+        return crate::Reach::default();
+    };
+    let mut h = Harness {
+        now: 0,
+        ops: Vec::new(),
+        // Revisions the fuzzer hands out grow, like etcd's.
+        base: 0,
+        replica: BTreeMap::new(),
+        last_revision: Revision(0),
+        closed: false,
+        started: false,
+        exclude: config.exclude_host,
+        milestones: 0,
+    };
+    let n = steps.len();
+    for step in steps {
+        h.step(&mut m, step);
+    }
+    crate::Reach {
+        steps: n,
+        milestones: h.milestones,
+    }
+}
+
+struct Harness {
+    now: u64,
+    ops: Vec<OpId>,
+    base: i64,
+    replica: BTreeMap<String, KeyValue>,
+    last_revision: Revision,
+    closed: bool,
+    started: bool,
+    exclude: Option<String>,
+    milestones: usize,
+}
+
+impl Harness {
+    fn op(&self, which: u8) -> OpId {
+        if self.ops.is_empty() {
+            return OpId(u64::from(which));
+        }
+        self.ops[usize::from(which) % self.ops.len()]
+    }
+
+    fn step(&mut self, m: &mut Watcher, step: Step) {
+        let now = Instant::from_millis(self.now);
+        let input = match step {
+            Step::Start => Input::Start,
+            Step::Close => Input::Close,
+            Step::Advance(ms) => {
+                self.now += u64::from(ms);
+                let now = Instant::from_millis(self.now);
+                if m.poll_timeout().is_some_and(|d| d <= now) {
+                    let _ = m.handle(now, Input::Timeout);
+                    self.drain(m);
+                }
+                return;
+            }
+            Step::Listed { which, kvs, rev } => {
+                let base = self.base;
+                self.base += 256;
+                Input::Listed {
+                    op: self.op(which),
+                    outcome: Outcome::Ok(Listing {
+                        kvs: kvs.iter().flatten().map(|k| k.kv(base)).collect(),
+                        revision: Revision(base + i64::from(rev)),
+                    }),
+                }
+            }
+            Step::ListFailed { which, failure } => Input::Listed {
+                op: self.op(which),
+                outcome: failure.map_or(Outcome::Unknown, |f| Outcome::Err(f.failure())),
+            },
+            Step::Message {
+                which,
+                kind,
+                events,
+                rev,
+            } => {
+                let base = self.base;
+                self.base += 256;
+                let events = events
+                    .iter()
+                    .flatten()
+                    .map(|e| match e {
+                        FuzzEvent::Put { kv, with_prev } => WatchEvent::Put {
+                            kv: kv.kv(base),
+                            prev: with_prev.then(|| kv.kv(base - 1)),
+                        },
+                        FuzzEvent::Delete {
+                            key,
+                            rev,
+                            with_prev,
+                        } => WatchEvent::Delete {
+                            key: key.key(),
+                            revision: Revision(base + i64::from(*rev)),
+                            prev: with_prev.then(|| {
+                                FuzzKv {
+                                    key: FuzzKey::Host(0),
+                                    value: 0,
+                                    lease: 0,
+                                    rev: 0,
+                                }
+                                .kv(base - 1)
+                            }),
+                        },
+                    })
+                    .collect();
+                Input::WatchMessage {
+                    stream: self.op(which),
+                    kind,
+                    events,
+                    revision: Revision(base + i64::from(rev)),
+                }
+            }
+            Step::Closed { which, failure } => Input::WatchClosed {
+                stream: self.op(which),
+                failure: failure.failure(),
+            },
+            Step::Ghost { op, rev } => Input::WatchMessage {
+                stream: OpId(u64::from(op) + 1_000_000),
+                kind: MessageKind::Events,
+                events: Vec::new(),
+                revision: Revision(i64::from(rev)),
+            },
+        };
+        let is_start = input == Input::Start;
+        let result = m.handle(now, input);
+        if is_start {
+            assert_eq!(result.is_ok(), !self.started && !self.closed, "{result:?}");
+            self.started = true;
+        } else {
+            assert_eq!(result, Ok(()), "only Start can be refused");
+        }
+        self.drain(m);
+    }
+
+    fn drain(&mut self, m: &mut Watcher) {
+        while let Some(out) = m.poll() {
+            assert!(!self.closed, "output after Closed: {out:?}");
+            match out {
+                Output::Command(Command::Range { op, .. } | Command::Watch { op, .. }) => {
+                    if let Some(last) = self.ops.last() {
+                        assert!(op > *last, "op ids must be fresh");
+                    }
+                    self.ops.push(op);
+                }
+                Output::Command(_) => {}
+                Output::Event(e) => self.apply(e),
+            }
+        }
+        assert_eq!(&self.replica, m.view(), "events replay to the view");
+        assert_eq!(m.is_closed(), self.closed);
+        if self.started && !self.closed {
+            assert!(
+                m.poll_timeout().is_some(),
+                "a live machine always has a deadline"
+            );
+        }
+    }
+
+    fn apply(&mut self, e: Event) {
+        let mut check_revision = |r: Revision| {
+            assert!(
+                r >= self.last_revision,
+                "revision went back: {r:?} < {:?}",
+                self.last_revision
+            );
+            self.last_revision = r;
+        };
+        match e {
+            Event::Up { host, kv, revision } => {
+                check_revision(revision);
+                self.milestones += 1;
+                assert_ne!(Some(&host), self.exclude.as_ref(), "excluded host reported");
+                assert!(coord_core::host_id::validate_host_id(&host).is_ok());
+                assert!(self.replica.insert(host, kv).is_none(), "Up for an up host");
+            }
+            Event::Updated {
+                host,
+                kv,
+                previous,
+                revision,
+            } => {
+                check_revision(revision);
+                let old = self.replica.insert(host, kv.clone());
+                assert_eq!(
+                    old.as_ref(),
+                    Some(&previous),
+                    "Updated's previous is the view's"
+                );
+                assert!(kv.value != previous.value || kv.lease != previous.lease);
+            }
+            Event::Down { host, revision, .. } => {
+                check_revision(revision);
+                self.milestones += 1;
+                assert!(
+                    self.replica.remove(&host).is_some(),
+                    "Down for a host not up"
+                );
+            }
+            Event::Synced { revision } => check_revision(revision),
+            Event::Resynced { revision, .. } => {
+                check_revision(revision);
+                self.milestones += 1;
+            }
+            Event::Closed => self.closed = true,
+            Event::StartFailed { .. } | Event::Ignored { .. } => {}
+        }
+    }
+}
