@@ -36,12 +36,26 @@ pub mod host_id;
 pub mod ids;
 pub mod kv;
 pub mod liveness;
+pub mod outbox;
 pub mod outcome;
 pub mod rng;
 pub mod time;
 pub mod watcher;
 
 pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
+
+/// What a machine does when its very first attempt (a host's first
+/// registration, a watcher's first snapshot) fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum StartPolicy {
+    /// Report the failure (`RegistrationFailed`, `StartFailed`), undo what
+    /// was done (revoke a partial lease) and end.
+    #[default]
+    FailFast,
+    /// Keep trying with backoff, as after a later failure.
+    Retry,
+}
 pub use ids::{FencingToken, Key, LeaseId, OpId, Revision};
 pub use outcome::{Failure, Outcome};
 pub use time::Instant;

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
 use crate::ids::{Key, LeaseId, OpId};
+use crate::outbox::Outbox;
 use crate::outcome::{Failure, Outcome};
 use crate::time::Instant;
 
@@ -46,16 +47,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Smallest refresh interval accepted.
 pub const MIN_REFRESH: Duration = Duration::from_millis(10);
 
-/// What to do when the very first registration attempt fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum StartPolicy {
-    /// Report [`Event::RegistrationFailed`], revoke any partial lease, stop.
-    #[default]
-    FailFast,
-    /// Keep trying with backoff, as after a loss.
-    Retry,
-}
+pub use crate::StartPolicy;
 
 /// Configuration of one [`Liveness`] machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,13 +366,7 @@ pub enum Event {
 }
 
 /// What `poll` yields.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// Work for the driver.
-    Command(Command),
-    /// News for the user.
-    Event(Event),
-}
+pub type Output = crate::outbox::Output<Command, Event>;
 
 /// The user-visible state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -550,8 +536,7 @@ pub struct Liveness {
     config: LivenessConfig,
     state: State,
     backoff: Backoff,
-    next_op: u64,
-    out: VecDeque<Output>,
+    out: Outbox<Command, Event>,
 }
 
 impl Liveness {
@@ -563,8 +548,7 @@ impl Liveness {
             config,
             state: State::Idle,
             backoff,
-            next_op: 0,
-            out: VecDeque::new(),
+            out: Outbox::new(),
         })
     }
 
@@ -605,7 +589,7 @@ impl Liveness {
     /// The next command or event, if any. Drain it after every `handle`.
     #[must_use]
     pub fn poll(&mut self) -> Option<Output> {
-        self.out.pop_front()
+        self.out.pop()
     }
 
     /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
@@ -664,19 +648,6 @@ impl Liveness {
         }
     }
 
-    fn op(&mut self) -> OpId {
-        self.next_op += 1;
-        OpId(self.next_op)
-    }
-
-    fn cmd(&mut self, c: Command) {
-        self.out.push_back(Output::Command(c));
-    }
-
-    fn event(&mut self, e: Event) {
-        self.out.push_back(Output::Event(e));
-    }
-
     fn on_start(&mut self, now: Instant) -> Result<(), UsageError> {
         match self.state {
             State::Idle => {
@@ -689,9 +660,9 @@ impl Liveness {
     }
 
     fn begin_grant(&mut self, now: Instant, first: bool) {
-        let op = self.op();
+        let op = self.out.op();
         let ttl_secs = self.config.ttl_secs();
-        self.cmd(Command::Grant { op, ttl_secs });
+        self.out.cmd(Command::Grant { op, ttl_secs });
         self.state = State::Registering {
             op,
             deadline: now + self.config.request_timeout,
@@ -701,8 +672,8 @@ impl Liveness {
     }
 
     fn begin_put(&mut self, now: Instant, lease: Lease, stream: Option<Stream>, first: bool) {
-        let op = self.op();
-        self.cmd(Command::PutKey {
+        let op = self.out.op();
+        self.out.cmd(Command::PutKey {
             op,
             key: self.config.key.clone(),
             value: self.config.value.clone(),
@@ -717,8 +688,8 @@ impl Liveness {
     }
 
     fn begin_open(&mut self, now: Instant, lease: Lease, resuming: bool, first: bool) {
-        let op = self.op();
-        self.cmd(Command::OpenKeepAlive {
+        let op = self.out.op();
+        self.out.cmd(Command::OpenKeepAlive {
             op,
             lease: lease.id,
         });
@@ -746,8 +717,8 @@ impl Liveness {
 
     /// Opens a new stream for a held lease whose stream broke.
     fn reopen(&mut self, now: Instant, lease: Lease, expires_at: Instant) {
-        let op = self.op();
-        self.cmd(Command::OpenKeepAlive {
+        let op = self.out.op();
+        self.out.cmd(Command::OpenKeepAlive {
             op,
             lease: lease.id,
         });
@@ -766,7 +737,7 @@ impl Liveness {
                 step,
                 first,
             } if now >= deadline => {
-                self.cmd(Command::Abandon { op });
+                self.out.cmd(Command::Abandon { op });
                 let (revoke, resume) = self.unwind_step(step);
                 self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, first);
             }
@@ -778,7 +749,7 @@ impl Liveness {
                 link if now >= link.expires_at() => {
                     let reason = match link {
                         Link::Up(s) => {
-                            self.cmd(Command::CloseKeepAlive { stream: s.op });
+                            self.out.cmd(Command::CloseKeepAlive { stream: s.op });
                             LostReason::KeepAliveTimeout
                         }
                         Link::Down { failure, .. } => LostReason::StreamClosed(failure),
@@ -798,7 +769,7 @@ impl Liveness {
                     self.stream_broke(now, lease, stream, failure, next_send);
                 }
                 Link::Up(mut stream) if now >= next_send => {
-                    self.cmd(Command::SendKeepAlive {
+                    self.out.cmd(Command::SendKeepAlive {
                         stream: stream.op,
                         lease: lease.id,
                     });
@@ -837,7 +808,7 @@ impl Liveness {
                 let mut result = st.result;
                 match st.primary {
                     Some(Revoking::InFlight { op, lease }) => {
-                        self.cmd(Command::Abandon { op });
+                        self.out.cmd(Command::Abandon { op });
                         result = RevokeOutcome::NotConfirmed(lease);
                     }
                     Some(Revoking::RetryAt { lease, .. }) => {
@@ -846,15 +817,15 @@ impl Liveness {
                     None => {}
                 }
                 for op in st.pending_grant.into_iter().chain(st.extra.into_keys()) {
-                    self.cmd(Command::Abandon { op });
+                    self.out.cmd(Command::Abandon { op });
                 }
                 self.finish_stop(result);
             }
             State::Stopping(mut st) => {
                 if let Some(Revoking::RetryAt { at, lease }) = st.primary {
                     if now >= at {
-                        let op = self.op();
-                        self.cmd(Command::Revoke { op, lease });
+                        let op = self.out.op();
+                        self.out.cmd(Command::Revoke { op, lease });
                         st.primary = Some(Revoking::InFlight { op, lease });
                     }
                 }
@@ -877,7 +848,7 @@ impl Liveness {
                 lease,
                 stream: Some(s),
             } => {
-                self.cmd(Command::CloseKeepAlive { stream: s.op });
+                self.out.cmd(Command::CloseKeepAlive { stream: s.op });
                 (None, Some(Resumable { lease }))
             }
             Step::Open {
@@ -885,7 +856,7 @@ impl Liveness {
                 stream,
                 resuming,
             } => {
-                self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
                 if resuming {
                     (None, Some(Resumable { lease }))
                 } else {
@@ -904,7 +875,7 @@ impl Liveness {
         first: bool,
     ) {
         if first && self.config.start == StartPolicy::FailFast {
-            self.event(Event::RegistrationFailed { reason });
+            self.out.event(Event::RegistrationFailed { reason });
             match revoke {
                 Some(lease) => self.begin_stopping(now, Some(lease), None),
                 None => self.finish_stop(RevokeOutcome::NothingToRevoke),
@@ -913,12 +884,12 @@ impl Liveness {
         }
         if let Some(lease) = revoke {
             // Fire and forget: its completion finds no one waiting for it.
-            let op = self.op();
-            self.cmd(Command::Revoke { op, lease });
+            let op = self.out.op();
+            self.out.cmd(Command::Revoke { op, lease });
         }
         let delay = self.backoff.next_delay(reason.class());
         let next_at = now + delay;
-        self.event(Event::Healing {
+        self.out.event(Event::Healing {
             attempt: self.backoff.attempt(),
             next_at,
             last_failure: Some(reason),
@@ -943,12 +914,12 @@ impl Liveness {
             LostReason::LeaseExpired => FailureClass::Fast,
             LostReason::KeepAliveTimeout => FailureClass::Slow,
         };
-        self.event(Event::Lost {
+        self.out.event(Event::Lost {
             lease: lease.id,
             reason,
         });
         let next_at = now + self.backoff.next_delay(class);
-        self.event(Event::Healing {
+        self.out.event(Event::Healing {
             attempt: self.backoff.attempt(),
             next_at,
             last_failure: None,
@@ -1004,7 +975,7 @@ impl Liveness {
                 Outcome::Ok(Reply::Done),
             ) => {
                 self.hold(lease, stream);
-                self.event(Event::Reregistered {
+                self.out.event(Event::Reregistered {
                     lease: lease.id,
                     resumed: true,
                 });
@@ -1057,7 +1028,7 @@ impl Liveness {
                 first,
             } if stream.op == stream_op => {
                 if ttl_secs <= 0 {
-                    self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
                     match resuming {
                         // The lease died while we were away: register anew
                         // at once, this is a definite answer.
@@ -1077,7 +1048,7 @@ impl Liveness {
                     true => self.begin_put(now, lease, Some(stream), first),
                     false => {
                         self.hold(lease, stream);
-                        self.event(if first {
+                        self.out.event(if first {
                             Event::Registered {
                                 lease: lease.id,
                                 ttl: lease.ttl,
@@ -1122,7 +1093,7 @@ impl Liveness {
                 next_send,
             } if stream.op == stream_op => {
                 if ttl_secs <= 0 {
-                    self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
                     self.lose(now, lease, LostReason::LeaseExpired);
                 } else {
                     if stream.replies == 0 {
@@ -1185,7 +1156,7 @@ impl Liveness {
             } if stream.op == stream_op => {
                 // Holding on would leave a dead stream: fail this attempt.
                 let _ = deadline;
-                self.cmd(Command::Abandon { op });
+                self.out.cmd(Command::Abandon { op });
                 let step = Step::Put {
                     lease,
                     stream: Some(stream),
@@ -1219,14 +1190,14 @@ impl Liveness {
         next_send: Instant,
     ) {
         {
-            self.cmd(Command::CloseKeepAlive { stream: stream.op });
+            self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
             if failure == Failure::LeaseNotFound {
                 self.lose(now, lease, LostReason::LeaseExpired);
             } else if now >= stream.expires_at {
                 self.lose(now, lease, LostReason::StreamClosed(failure));
             } else if stream.replies > 0 {
                 // A working stream broke: reopen at once.
-                self.event(Event::KeepAliveInterrupted {
+                self.out.event(Event::KeepAliveInterrupted {
                     lease: lease.id,
                     failure,
                 });
@@ -1253,20 +1224,20 @@ impl Liveness {
             State::Registering { op, step, .. } => match step {
                 Step::Grant => self.begin_stopping(now, None, Some(op)),
                 Step::Put { lease, stream } => {
-                    self.cmd(Command::Abandon { op });
+                    self.out.cmd(Command::Abandon { op });
                     if let Some(s) = stream {
-                        self.cmd(Command::CloseKeepAlive { stream: s.op });
+                        self.out.cmd(Command::CloseKeepAlive { stream: s.op });
                     }
                     self.begin_stopping(now, Some(lease.id), None);
                 }
                 Step::Open { lease, stream, .. } => {
-                    self.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
                     self.begin_stopping(now, Some(lease.id), None);
                 }
             },
             State::Held { lease, link, .. } => {
                 if let Link::Up(s) = link {
-                    self.cmd(Command::CloseKeepAlive { stream: s.op });
+                    self.out.cmd(Command::CloseKeepAlive { stream: s.op });
                 }
                 self.begin_stopping(now, Some(lease.id), None);
             }
@@ -1286,8 +1257,8 @@ impl Liveness {
         pending_grant: Option<OpId>,
     ) {
         let primary = lease.map(|lease| {
-            let op = self.op();
-            self.cmd(Command::Revoke { op, lease });
+            let op = self.out.op();
+            self.out.cmd(Command::Revoke { op, lease });
             Revoking::InFlight { op, lease }
         });
         self.state = State::Stopping(Stopping {
@@ -1324,8 +1295,8 @@ impl Liveness {
             _ if st.pending_grant == Some(op) => {
                 st.pending_grant = None;
                 if let Outcome::Ok(Reply::Granted { lease, .. }) = outcome {
-                    let rop = self.op();
-                    self.cmd(Command::Revoke { op: rop, lease });
+                    let rop = self.out.op();
+                    self.out.cmd(Command::Revoke { op: rop, lease });
                     st.extra.insert(rop, lease);
                 }
             }
@@ -1342,7 +1313,7 @@ impl Liveness {
 
     fn finish_stop(&mut self, revoke: RevokeOutcome) {
         self.state = State::Stopped;
-        self.event(Event::Stopped { revoke });
+        self.out.event(Event::Stopped { revoke });
     }
 }
 

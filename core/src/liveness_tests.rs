@@ -401,7 +401,7 @@ fn lease_not_found_on_the_stream_is_a_lost_lease() {
 fn resume_of_a_dead_lease_grants_at_once() {
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
-    let b = m.next_op;
+    let b = m.out.last_op();
     let at = fire(&mut m);
     let _ = drain(&mut m);
     closed(&mut m, at + 5, b + 1, Failure::LeaseNotFound);
@@ -420,7 +420,7 @@ fn resume_of_a_dead_lease_grants_at_once() {
     // Same for a TTL-0 reply on the reopened stream.
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
-    let b = m.next_op;
+    let b = m.out.last_op();
     let at = fire(&mut m);
     let _ = drain(&mut m);
     reply(&mut m, at + 5, b + 1, 0);
@@ -674,7 +674,7 @@ fn stop_during_grant_revokes_the_late_lease() {
 fn stop_while_healing_revokes_the_resumable_lease() {
     let mut m = registered(StartPolicy::FailFast);
     let lost_at = lose_by_silence(&mut m);
-    let b = m.next_op;
+    let b = m.out.last_op();
     m.handle(t(lost_at + 1), Input::Stop).unwrap();
     assert_eq!(
         drain(&mut m),
@@ -703,7 +703,7 @@ fn stop_while_healing_revokes_the_resumable_lease() {
 fn stream_closing_during_resume_put_fails_the_attempt() {
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
-    let b = m.next_op;
+    let b = m.out.last_op();
     let at = fire(&mut m);
     let _ = drain(&mut m);
     reply(&mut m, at + 1, b + 1, 9);

@@ -21,13 +21,14 @@
 //! empty tail, unsafe characters) are never events: `Ignored` reports them
 //! for tracing. The excluded host, if any, never appears.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
 use crate::host_id::validate_host_id;
 use crate::ids::{Key, OpId, Revision};
 use crate::kv::{KeyValue, WatchEvent};
+use crate::outbox::Outbox;
 use crate::outcome::{Failure, Outcome};
 use crate::time::Instant;
 
@@ -44,16 +45,7 @@ pub enum Consistency {
     Serializable,
 }
 
-/// What a failed initial range does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum StartPolicy {
-    /// Report `StartFailed` and close.
-    #[default]
-    FailFast,
-    /// Retry with backoff.
-    Retry,
-}
+pub use crate::StartPolicy;
 
 /// Configuration of a [`Watcher`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,13 +313,7 @@ pub enum Event {
 }
 
 /// What `poll` yields.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// Work for the driver.
-    Command(Command),
-    /// News for the user.
-    Event(Event),
-}
+pub type Output = crate::outbox::Output<Command, Event>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ListReason {
@@ -375,8 +361,7 @@ pub struct Watcher {
     config: WatcherConfig,
     state: State,
     backoff: Backoff,
-    next_op: u64,
-    out: VecDeque<Output>,
+    out: Outbox<Command, Event>,
     view: BTreeMap<String, KeyValue>,
     /// Every change up to here is reflected in the view.
     revision: Revision,
@@ -391,8 +376,7 @@ impl Watcher {
             config,
             state: State::Idle,
             backoff,
-            next_op: 0,
-            out: VecDeque::new(),
+            out: Outbox::new(),
             view: BTreeMap::new(),
             revision: Revision(0),
         })
@@ -422,7 +406,7 @@ impl Watcher {
     /// The next command or event.
     #[must_use]
     pub fn poll(&mut self) -> Option<Output> {
-        self.out.pop_front()
+        self.out.pop()
     }
 
     /// The next deadline.
@@ -477,22 +461,9 @@ impl Watcher {
         }
     }
 
-    fn op(&mut self) -> OpId {
-        self.next_op += 1;
-        OpId(self.next_op)
-    }
-
-    fn cmd(&mut self, c: Command) {
-        self.out.push_back(Output::Command(c));
-    }
-
-    fn event(&mut self, e: Event) {
-        self.out.push_back(Output::Event(e));
-    }
-
     fn list(&mut self, now: Instant, reason: ListReason) {
-        let op = self.op();
-        self.cmd(Command::Range {
+        let op = self.out.op();
+        self.out.cmd(Command::Range {
             op,
             prefix: self.config.prefix.clone(),
             consistency: self.config.consistency,
@@ -505,8 +476,8 @@ impl Watcher {
     }
 
     fn watch(&mut self, now: Instant) {
-        let op = self.op();
-        self.cmd(Command::Watch {
+        let op = self.out.op();
+        self.out.cmd(Command::Watch {
             op,
             prefix: self.config.prefix.clone(),
             start_revision: Revision(self.revision.0.saturating_add(1)),
@@ -529,14 +500,14 @@ impl Watcher {
         match std::mem::replace(&mut self.state, State::Closed) {
             State::Closed => {}
             State::Listing { op, .. } => {
-                self.cmd(Command::Abandon { op });
-                self.event(Event::Closed);
+                self.out.cmd(Command::Abandon { op });
+                self.out.event(Event::Closed);
             }
             State::Watching { stream, .. } => {
-                self.cmd(Command::CancelWatch { stream });
-                self.event(Event::Closed);
+                self.out.cmd(Command::CancelWatch { stream });
+                self.out.event(Event::Closed);
             }
-            State::Idle | State::Waiting { .. } => self.event(Event::Closed),
+            State::Idle | State::Waiting { .. } => self.out.event(Event::Closed),
         }
     }
 
@@ -547,7 +518,7 @@ impl Watcher {
                 deadline,
                 reason,
             } if now >= deadline => {
-                self.cmd(Command::Abandon { op });
+                self.out.cmd(Command::Abandon { op });
                 self.list_failed(now, reason, None);
             }
             State::Watching {
@@ -555,14 +526,14 @@ impl Watcher {
                 probe: Probe::Awaiting { deadline },
             } if now >= deadline => {
                 // No creation or progress answer in time: silently broken.
-                self.cmd(Command::CancelWatch { stream });
+                self.out.cmd(Command::CancelWatch { stream });
                 self.retry(now, FailureClass::Slow, Then::Resume);
             }
             State::Watching {
                 stream,
                 probe: Probe::Quiet { at },
             } if now >= at => {
-                self.cmd(Command::RequestProgress { stream });
+                self.out.cmd(Command::RequestProgress { stream });
                 self.state = State::Watching {
                     stream,
                     probe: Probe::Awaiting {
@@ -580,9 +551,9 @@ impl Watcher {
 
     fn list_failed(&mut self, now: Instant, reason: ListReason, failure: Option<Failure>) {
         if reason == ListReason::Initial && self.config.start == StartPolicy::FailFast {
-            self.event(Event::StartFailed { failure });
+            self.out.event(Event::StartFailed { failure });
             self.state = State::Closed;
-            self.event(Event::Closed);
+            self.out.event(Event::Closed);
             return;
         }
         let class = failure.as_ref().map_or(FailureClass::Slow, Failure::class);
@@ -621,7 +592,7 @@ impl Watcher {
             .collect();
         for host in gone {
             if let Some(last_seen) = self.view.remove(&host) {
-                self.event(Event::Down {
+                self.out.event(Event::Down {
                     host,
                     last_seen,
                     revision,
@@ -633,8 +604,8 @@ impl Watcher {
         }
         self.revision = revision;
         match reason {
-            ListReason::Initial => self.event(Event::Synced { revision }),
-            ListReason::Resync(compact_revision) => self.event(Event::Resynced {
+            ListReason::Initial => self.out.event(Event::Synced { revision }),
+            ListReason::Resync(compact_revision) => self.out.event(Event::Resynced {
                 reason: ResyncReason::Compacted { compact_revision },
                 revision,
             }),
@@ -650,13 +621,13 @@ impl Watcher {
         match self.view.get(&host) {
             None => {
                 self.view.insert(host.clone(), kv.clone());
-                self.event(Event::Up { host, kv, revision });
+                self.out.event(Event::Up { host, kv, revision });
             }
             Some(old) if old.value == kv.value && old.lease == kv.lease => {}
             Some(old) => {
                 let previous = old.clone();
                 self.view.insert(host.clone(), kv.clone());
-                self.event(Event::Updated {
+                self.out.event(Event::Updated {
                     host,
                     kv,
                     previous,
@@ -672,7 +643,7 @@ impl Watcher {
         let host = match std::str::from_utf8(tail) {
             Ok(h) if validate_host_id(h).is_ok() => h.to_string(),
             _ => {
-                self.event(Event::Ignored {
+                self.out.event(Event::Ignored {
                     key: key.clone(),
                     reason: IgnoreReason::NotAHostId,
                 });
@@ -719,7 +690,7 @@ impl Watcher {
                 WatchEvent::Delete { key, prev, .. } => {
                     if let Some(host) = self.host_of(&key) {
                         if let Some(seen) = self.view.remove(&host) {
-                            self.event(Event::Down {
+                            self.out.event(Event::Down {
                                 host,
                                 last_seen: prev.unwrap_or(seen),
                                 revision: rev,
@@ -743,7 +714,7 @@ impl Watcher {
             State::Watching { stream, .. } if stream == stream_op => {}
             _ => return,
         }
-        self.cmd(Command::CancelWatch { stream: stream_op });
+        self.out.cmd(Command::CancelWatch { stream: stream_op });
         match failure {
             Failure::Compacted(rev) => {
                 self.list(now, ListReason::Resync(Revision(rev)));

@@ -12,6 +12,36 @@
 pub mod liveness;
 pub mod watcher;
 
+use arbitrary::{Arbitrary, Unstructured};
+use coord_core::OpId;
+
+/// Decodes a plan, then steps until the bytes run out (no continuation
+/// flags between steps, so random bytes make long runs too).
+pub(crate) fn decode<'a, P, S>(data: &'a [u8]) -> Option<(P, Vec<S>)>
+where
+    P: Arbitrary<'a>,
+    S: Arbitrary<'a>,
+{
+    let mut u = Unstructured::new(data);
+    let plan = P::arbitrary(&mut u).ok()?;
+    let mut steps = Vec::new();
+    while !u.is_empty() {
+        match S::arbitrary(&mut u) {
+            Ok(step) => steps.push(step),
+            Err(_) => break,
+        }
+    }
+    Some((plan, steps))
+}
+
+/// The `which`-th op issued so far (cycling), or a made-up one if none.
+pub(crate) fn pick(ops: &[OpId], which: u8) -> OpId {
+    if ops.is_empty() {
+        return OpId(u64::from(which));
+    }
+    ops[usize::from(which) % ops.len()]
+}
+
 /// How far one fuzz case got, so a smoke run can check it is not vacuous.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reach {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use arbitrary::{Arbitrary, Unstructured};
+use arbitrary::Arbitrary;
 use coord_core::liveness::{
     Command, Event, Input, Liveness, LivenessConfig, LivenessState, Output, Reply, StartPolicy,
 };
@@ -100,30 +100,15 @@ struct Plan {
     seed: u64,
 }
 
-/// Decodes the plan, then steps until the bytes run out (no continuation
-/// flags between steps, so random bytes make long runs too).
-fn decode(data: &[u8]) -> Option<(Plan, Vec<Step>)> {
-    let mut u = Unstructured::new(data);
-    let plan = Plan::arbitrary(&mut u).ok()?;
-    let mut steps = Vec::new();
-    while !u.is_empty() {
-        match Step::arbitrary(&mut u) {
-            Ok(step) => steps.push(step),
-            Err(_) => break,
-        }
-    }
-    Some((plan, steps))
-}
-
 /// How many steps `data` decodes to (for checking a smoke run is not
 /// vacuous).
 pub fn steps(data: &[u8]) -> usize {
-    decode(data).map_or(0, |(_, steps)| steps.len())
+    crate::decode::<Plan, Step>(data).map_or(0, |(_, steps)| steps.len())
 }
 
 /// Runs one fuzz case; panics on a broken invariant.
 pub fn run(data: &[u8]) -> crate::Reach {
-    let Some((plan, steps)) = decode(data) else {
+    let Some((plan, steps)) = crate::decode::<Plan, Step>(data) else {
         return crate::Reach::default();
     };
     let ttl = Duration::from_secs(u64::from(plan.ttl_secs.clamp(1, 30)));
@@ -166,10 +151,7 @@ struct Harness {
 
 impl Harness {
     fn op(&self, which: u8) -> OpId {
-        if self.ops.is_empty() {
-            return OpId(u64::from(which));
-        }
-        self.ops[usize::from(which) % self.ops.len()]
+        crate::pick(&self.ops, which)
     }
 
     fn step(&mut self, m: &mut Liveness, step: Step) {
