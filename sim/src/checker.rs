@@ -94,6 +94,10 @@ pub struct Verdict {
     pub heal_ms: Vec<u64>,
     /// etcd change to watcher event, ms (undisturbed watchers only).
     pub lag_ms: Vec<u64>,
+    /// Most lease grants etcd served in any one second after the first,
+    /// as a percentage of the fleet (fleets of 5 or more hosts): the
+    /// re-registration peak, where a thundering herd would show.
+    pub peak_grant_pct: Option<u64>,
 }
 
 impl Verdict {
@@ -154,6 +158,11 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     no_ghost(case, history, &samples, &mut v);
     heal_latencies(history, &samples, &mut v);
     watchers(history, heal_at, stop_all_at, &mut v);
+    // Only fleets large enough for a herd to mean something.
+    if case.ttls.len() >= 5 {
+        let fleet = u64::try_from(case.ttls.len()).unwrap_or(1);
+        v.peak_grant_pct = peak_grants(history).map(|peak| peak * 100 / fleet);
+    }
     for r in &history.records {
         if let What::SimulatorAnomalies(n) = r.what {
             v.checks += 1;
@@ -709,4 +718,22 @@ fn check_complete(
             );
         }
     }
+}
+
+/// Most grants served within any one second, after the fleet's first
+/// second (when every host registers for the first time).
+fn peak_grants(history: &History) -> Option<u64> {
+    let times: Vec<u64> = history.records.iter().find_map(|r| match &r.what {
+        What::GrantTimes(t) => Some(t.iter().copied().filter(|t| *t >= 1000).collect()),
+        _ => None,
+    })?;
+    let mut peak = 0;
+    let mut start = 0;
+    for (end, t) in times.iter().enumerate() {
+        while times[start] + 1000 <= *t {
+            start += 1;
+        }
+        peak = peak.max(end - start + 1);
+    }
+    u64::try_from(peak).ok()
 }

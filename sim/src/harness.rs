@@ -353,8 +353,12 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     sampler.abort();
     let anomalies = world.anomalies.load(std::sync::atomic::Ordering::Relaxed);
     world.record(What::SimulatorAnomalies(anomalies));
-    let times = lock(&world.etcd).revision_times.clone();
+    let (times, grants) = {
+        let st = lock(&world.etcd);
+        (st.revision_times.clone(), st.grant_times.clone())
+    };
     world.record(What::RevisionTimes(times));
+    world.record(What::GrantTimes(grants));
     world.recorder.snapshot()
 }
 

@@ -110,6 +110,8 @@ pub enum What {
     WatcherSample(Vec<WatcherSample>),
     /// When each etcd revision was made (virtual ms); recorded at the end.
     RevisionTimes(Vec<(i64, u64)>),
+    /// When each lease grant was served (virtual ms); recorded at the end.
+    GrantTimes(Vec<u64>),
 }
 
 /// The kind of a watcher event.

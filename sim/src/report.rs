@@ -29,6 +29,8 @@ pub struct Summary {
     pub stops: (u64, u64),
     /// etcd change to watcher event, ms.
     pub lag_ms: Vec<u64>,
+    /// Per run: most grants in one second, % of the fleet.
+    pub peak_grant_pct: Vec<u64>,
 }
 
 impl Summary {
@@ -48,6 +50,7 @@ impl Summary {
         self.detection_ms.extend(&r.verdict.detection_ms);
         self.heal_ms.extend(&r.verdict.heal_ms);
         self.lag_ms.extend(&r.verdict.lag_ms);
+        self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
         if !r.passed() {
             self.failures.push(r);
         }
@@ -97,6 +100,12 @@ impl Summary {
             "{:<34} {:>14}",
             "watcher lag p50/p99/max",
             percentiles(&self.lag_ms)
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "peak grants/s, % of fleet p50/p99/max",
+            percentiles(&self.peak_grant_pct).replace(" ms", " %")
         );
         let _ = writeln!(
             out,

@@ -40,6 +40,9 @@ pub struct EtcdState {
     pub revision_times: Vec<(i64, u64)>,
     /// Woken after every change, so watches get their events.
     pub changed: Arc<Notify>,
+    /// When each lease grant was served (virtual ms): the re-registration
+    /// rate.
+    pub grant_times: Vec<u64>,
 }
 
 /// One open watch.
@@ -80,6 +83,7 @@ pub fn new_state() -> SharedEtcd {
         watches: BTreeMap::new(),
         revision_times: Vec::new(),
         changed: Arc::new(Notify::new()),
+        grant_times: Vec::new(),
     }))
 }
 
@@ -324,6 +328,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
             }
         }
         Request::Grant { ttl } => {
+            st.grant_times.push(now);
             let (lease, ttl) = st.model.grant(now, *ttl);
             Answer::Unary(Reply::Granted { lease, ttl })
         }
