@@ -507,3 +507,35 @@ async fn metadata_of_the_users_own_type_is_supported() {
     assert_eq!(value, br#"{"role":"gpu-worker","slots":8}"#);
     host.stop().await.expect("stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_moved_the_host_stays_registered_without_a_loss() {
+    init_tracing();
+    let etcd = EtcdCluster::three().await;
+    let client = etcd.client().await;
+    let host = HostLiveness::register(client.clone(), meta("h-move"), opts(3))
+        .await
+        .expect("register");
+    let lease = host.lease_id().expect("lease");
+    let (_, _, created) = get(&client, "/coord/hosts/h-move").await.expect("key");
+    let mut events = host.subscribe();
+    let leader = etcd
+        .wait_leader_other_than(None, Duration::from_secs(10))
+        .await;
+    let target = (leader + 1) % 3;
+    etcd.move_leader(target).await;
+    let now_leader = etcd
+        .wait_leader_other_than(Some(leader), Duration::from_secs(10))
+        .await;
+    assert_eq!(now_leader, target, "leadership moved where asked");
+    // Two TTLs after the move.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let (_, key_lease, created_after) = get(&client, "/coord/hosts/h-move").await.expect("key");
+    assert_eq!(created_after, created, "the key was never re-created");
+    assert_eq!(LeaseId(key_lease), lease);
+    assert_eq!(host.lease_id(), Some(lease));
+    while let Ok(e) = events.try_recv() {
+        assert!(!matches!(e, LivenessEvent::Lost { .. }), "{e:?}");
+    }
+    host.stop().await.expect("stop");
+}
