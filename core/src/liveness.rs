@@ -1017,8 +1017,6 @@ impl Liveness {
     fn on_reply(&mut self, now: Instant, stream_op: OpId, ttl_secs: i64) {
         match std::mem::replace(&mut self.state, State::Stopped) {
             State::Registering {
-                op,
-                deadline,
                 step:
                     Step::Open {
                         lease,
@@ -1026,42 +1024,37 @@ impl Liveness {
                         resuming,
                     },
                 first,
+                ..
             } if stream.op == stream_op => {
                 if ttl_secs <= 0 {
                     self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
-                    match resuming {
+                    if resuming {
                         // The lease died while we were away: register anew
                         // at once, this is a definite answer.
-                        true => self.begin_grant(now, first),
-                        false => self.attempt_failed(
-                            now,
-                            AttemptFailure::LeaseGone,
-                            Some(lease.id),
-                            None,
-                            first,
-                        ),
+                        self.begin_grant(now, first);
+                    } else {
+                        let why = AttemptFailure::LeaseGone;
+                        self.attempt_failed(now, why, Some(lease.id), None, first);
                     }
                     return;
                 }
                 stream.ack(ttl_secs);
-                match resuming {
-                    true => self.begin_put(now, lease, Some(stream), first),
-                    false => {
-                        self.hold(lease, stream);
-                        self.out.event(if first {
-                            Event::Registered {
-                                lease: lease.id,
-                                ttl: lease.ttl,
-                            }
-                        } else {
-                            Event::Reregistered {
-                                lease: lease.id,
-                                resumed: false,
-                            }
-                        });
-                    }
+                if resuming {
+                    self.begin_put(now, lease, Some(stream), first);
+                } else {
+                    self.hold(lease, stream);
+                    self.out.event(if first {
+                        Event::Registered {
+                            lease: lease.id,
+                            ttl: lease.ttl,
+                        }
+                    } else {
+                        Event::Reregistered {
+                            lease: lease.id,
+                            resumed: false,
+                        }
+                    });
                 }
-                let _ = (op, deadline);
             }
             State::Registering {
                 op,
@@ -1146,16 +1139,15 @@ impl Liveness {
             }
             State::Registering {
                 op,
-                deadline,
                 step:
                     Step::Put {
                         lease,
                         stream: Some(stream),
                     },
                 first,
+                ..
             } if stream.op == stream_op => {
                 // Holding on would leave a dead stream: fail this attempt.
-                let _ = deadline;
                 self.out.cmd(Command::Abandon { op });
                 let step = Step::Put {
                     lease,
