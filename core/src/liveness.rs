@@ -265,26 +265,32 @@ pub enum Command {
 }
 
 /// Why a held lease was declared lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LostReason {
     /// The keep-alive stream broke and could not be reopened before the
     /// lease's deadline.
+    #[error("keep-alive stream broken past the lease deadline: {0}")]
     StreamClosed(Failure),
     /// etcd answered with TTL 0 or "lease not found": the lease was revoked
     /// or expired.
+    #[error("lease revoked or expired")]
     LeaseExpired,
     /// No reply before the lease's deadline (silent partition, stall).
+    #[error("no keep-alive reply before the lease deadline")]
     KeepAliveTimeout,
 }
 
 /// Why one registration attempt failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AttemptFailure {
     /// etcd answered with a failure.
+    #[error(transparent)]
     Etcd(Failure),
     /// No answer before the request deadline.
+    #[error("no answer before the request deadline")]
     Timeout,
     /// The lease turned out dead (TTL 0 or not found).
+    #[error("the lease is gone")]
     LeaseGone,
 }
 

@@ -33,7 +33,7 @@ pub enum Error {
     #[error("etcd unreachable: {0}")]
     Unreachable(String),
     /// etcd refused the first registration. Any partial lease was revoked.
-    #[error("registration failed: {0:?}")]
+    #[error("registration failed: {0}")]
     Registration(AttemptFailure),
     /// `stop` could not confirm the revoke: the key stays until the lease
     /// expires, at most one TTL later.

@@ -391,7 +391,7 @@ impl<A: EtcdApi> Runner<A> {
     fn publish(&mut self, event: Event) {
         match &event {
             Event::Registered { lease, ttl } => info!(%lease, ?ttl, "host registered"),
-            Event::Lost { lease, reason } => warn!(%lease, ?reason, "host registration lost"),
+            Event::Lost { lease, reason } => warn!(%lease, %reason, "host registration lost"),
             Event::KeepAliveInterrupted { lease, failure } => {
                 info!(%lease, %failure, "keep-alive stream interrupted; reopening")
             }
@@ -402,7 +402,7 @@ impl<A: EtcdApi> Runner<A> {
             } => debug!(attempt, ?last_failure, "healing"),
             Event::Reregistered { lease, resumed } => info!(%lease, resumed, "host re-registered"),
             Event::RegistrationFailed { reason } => {
-                warn!(?reason, "first registration failed");
+                warn!(%reason, "first registration failed");
                 self.first_failure = Some(Error::from_first_attempt(reason.clone()));
             }
             Event::Stopped { revoke } => {
