@@ -39,7 +39,8 @@ use std::collections::BTreeMap;
 
 use crate::harness::{heal_bound, watcher_bound, EXPIRY_SLACK};
 use crate::history::{
-    Condition, History, HostSample, WatcherEventKind, WatcherSample, What, SAMPLE_EVERY,
+    host_index, Condition, History, HostSample, HostView, WatcherEventKind, WatcherSample, What,
+    SAMPLE_EVERY,
 };
 use crate::schedule::{Case, Fault, WATCHERS};
 
@@ -553,11 +554,11 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
         .collect();
     let settled = |w: usize, t: u64| disturbed[w].iter().all(|(s, e)| *e + bound < t || *s > t);
     // Replayed views, the last revision seen, and whether synced.
-    let mut views: Vec<BTreeMap<String, i64>> = vec![BTreeMap::new(); WATCHERS];
+    let mut views: Vec<HostView> = vec![HostView::new(); WATCHERS];
     let mut last_rev = [0i64; WATCHERS];
     let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
     // Recent truth samples, to know what was stable for the last second.
-    let mut recent: Vec<(u64, BTreeMap<String, i64>)> = Vec::new();
+    let mut recent: Vec<(u64, HostView)> = Vec::new();
     let convergence_at = heal_at.map(|h| h + bound);
     let mut convergence_checked = false;
     for r in &history.records {
@@ -581,14 +582,19 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
                 last_rev[w] = last_rev[w].max(event.revision);
                 v.checks += 1;
                 let host = event.host.clone().unwrap_or_default();
+                // A host that is not in the fleet was invented.
+                let index = host_index(&host).unwrap_or(usize::MAX);
                 let ok = match event.kind {
-                    WatcherEventKind::Up => view
-                        .insert(host.clone(), event.mod_revision.unwrap_or(0))
-                        .is_none(),
+                    WatcherEventKind::Up => {
+                        index != usize::MAX
+                            && view
+                                .insert(index, event.mod_revision.unwrap_or(0))
+                                .is_none()
+                    }
                     WatcherEventKind::Updated => view
-                        .insert(host.clone(), event.mod_revision.unwrap_or(0))
+                        .insert(index, event.mod_revision.unwrap_or(0))
                         .is_some(),
-                    WatcherEventKind::Down => view.remove(&host).is_some(),
+                    WatcherEventKind::Down => view.remove(&index).is_some(),
                     WatcherEventKind::Synced => {
                         synced_at[w].get_or_insert(r.at_ms);
                         true
@@ -617,10 +623,10 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
                 }
             }
             What::Sample(hosts) => {
-                let truth: BTreeMap<String, i64> = hosts
+                let truth: HostView = hosts
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, s)| s.key_mod_revision.map(|m| (format!("host-{i}"), m)))
+                    .filter_map(|(i, s)| s.key_mod_revision.map(|m| (i, m)))
                     .collect();
                 recent.push((r.at_ms, truth));
                 recent.retain(|(t, _)| *t + 1000 >= r.at_ms);
@@ -655,8 +661,8 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
 
 fn check_converged(
     at: u64,
-    truth: &BTreeMap<String, i64>,
-    views: &[BTreeMap<String, i64>],
+    truth: &HostView,
+    views: &[HostView],
     samples: &[WatcherSample],
     v: &mut Verdict,
 ) {
@@ -670,7 +676,7 @@ fn check_converged(
                 format!("watcher {w}: replayed events give {view:?}, etcd has {truth:?}"),
             );
         }
-        let driver_view = samples.get(w).and_then(|s| s.view.as_ref());
+        let driver_view = samples.get(w).and_then(|s| s.view.as_deref());
         if driver_view != Some(truth) {
             v.violate(
                 Invariant::WatcherConverges,
@@ -684,17 +690,11 @@ fn check_converged(
 
 /// Hosts whose presence (and mod revision) was the same in every sample of
 /// the last second must be in the replayed view exactly so.
-fn check_complete(
-    w: usize,
-    at: u64,
-    recent: &[(u64, BTreeMap<String, i64>)],
-    view: &BTreeMap<String, i64>,
-    v: &mut Verdict,
-) {
+fn check_complete(w: usize, at: u64, recent: &[(u64, HostView)], view: &HostView, v: &mut Verdict) {
     let Some((_, now)) = recent.last() else {
         return;
     };
-    let hosts: std::collections::BTreeSet<&String> = recent
+    let hosts: std::collections::BTreeSet<&usize> = recent
         .iter()
         .flat_map(|(_, t)| t.keys())
         .chain(view.keys())
@@ -711,7 +711,7 @@ fn check_complete(
                 at,
                 None,
                 format!(
-                    "watcher {w}: {host} is {:?} in etcd (stable for 1 s) but {:?} in its view",
+                                        "watcher {w}: host-{host} is {:?} in etcd (stable for 1 s) but {:?} in its view",
                     now.get(host),
                     view.get(host)
                 ),

@@ -9,7 +9,6 @@
 //! that a key reappearing after stop (or a watcher missing the Downs) would
 //! be seen.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -26,8 +25,8 @@ use tokio::sync::{broadcast, watch};
 
 use crate::client::SimEtcd;
 use crate::history::{
-    Condition, History, HostSample, Recorder, WatcherEventKind, WatcherEventRecord, WatcherSample,
-    What, SAMPLE_EVERY,
+    host_index, Condition, History, HostSample, HostView, Recorder, WatcherEventKind,
+    WatcherEventRecord, WatcherSample, What, SAMPLE_EVERY,
 };
 use crate::schedule::{Case, Direction, Fault, WATCHERS};
 use crate::server::{self, lock, now_ms, SharedEtcd};
@@ -222,7 +221,7 @@ struct Slot {
 
 struct WatcherSlot {
     proc: Proc,
-    view: Option<BTreeMap<String, i64>>,
+    view: Option<Arc<HostView>>,
 }
 
 #[derive(Default)]
@@ -440,18 +439,18 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64) {
         return;
     };
     loop {
-        let view = watcher
+        // The view changes only as events are taken: publish it then. A
+        // key that is not a simulated host is published as index MAX, which
+        // no host has, so the checker sees the invention.
+        let view: HostView = watcher
             .view()
             .into_iter()
-            .map(|(h, r)| (h, r.mod_revision.0))
+            .map(|(h, r)| (host_index(&h).unwrap_or(usize::MAX), r.mod_revision.0))
             .collect();
-        fleet(&w.fleet).watchers[i].view = Some(view);
-        let event = tokio::select! {
-            biased;
-            e = watcher.next() => e,
-            () = sleep(SAMPLE_EVERY) => continue,
+        fleet(&w.fleet).watchers[i].view = Some(Arc::new(view));
+        let Some(event) = watcher.next().await else {
+            return;
         };
-        let Some(event) = event else { return };
         let record = match event {
             HostEvent::Up {
                 host,

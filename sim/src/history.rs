@@ -129,6 +129,14 @@ pub enum WatcherEventKind {
     Resynced,
 }
 
+/// Host index to mod revision.
+pub type HostView = std::collections::BTreeMap<usize, i64>;
+
+/// The index of a simulated host id (`host-N`), if it is one.
+pub fn host_index(host: &str) -> Option<usize> {
+    host.strip_prefix("host-")?.parse().ok()
+}
+
 /// A watcher event, reduced to what the checker needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatcherEventRecord {
@@ -147,9 +155,9 @@ pub struct WatcherEventRecord {
 pub struct WatcherSample {
     /// Its process.
     pub condition: Condition,
-    /// Its `view()`: host id to the key's mod revision (`None` until the
-    /// watcher exists).
-    pub view: Option<std::collections::BTreeMap<String, i64>>,
+    /// Its `view()`: host index to the key's mod revision (`None` until
+    /// the watcher exists).
+    pub view: Option<std::sync::Arc<HostView>>,
 }
 
 /// A record with its virtual time.

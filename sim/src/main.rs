@@ -78,7 +78,7 @@ mod campaign {
 
     fn parse() -> Result<Args, String> {
         let mut a = Args {
-            seeds: 2500,
+            seeds: 6000,
             start: 1,
             replay: None,
             shape: Shape::default(),
