@@ -232,8 +232,9 @@ where
         }
     }
 
-    /// The next change, in order; `None` once the watcher is closed (events
-    /// not yet taken at close are dropped).
+    /// The next change, in order; `None` once the watcher is closed and the
+    /// events already buffered (at most `buffer`) have been taken. Changes
+    /// not yet buffered at close are not delivered.
     pub async fn next(&mut self) -> Option<HostEvent<M>> {
         self.events.recv().await
     }
