@@ -341,14 +341,28 @@ fn no_ghost(case: &Case, history: &History, samples: &[(u64, &Vec<HostSample>)],
     // Per host: from when its key must be absent for good.
     let mut gone_from: Vec<Option<u64>> = vec![None; case.ttls.len()];
     let mut returned = vec![false; case.ttls.len()];
+    // Per host: the last crash. A stopping process can only revoke its own
+    // lease; a key left by an earlier, crashed incarnation lives until that
+    // lease expires.
+    let mut crashed_at: Vec<Option<u64>> = vec![None; case.ttls.len()];
     for r in &history.records {
         match &r.what {
+            What::Fault(Fault::Crash { host, .. }) => {
+                if let Some(c) = crashed_at.get_mut(*host) {
+                    *c = Some(r.at_ms);
+                }
+            }
             What::Stopped { host, result } => {
                 v.checks += 1;
                 if let Some(flag) = returned.get_mut(*host) {
                     *flag = true;
                 }
                 let ttl = case.ttls.get(*host).copied().unwrap_or(2).max(2) * 1000;
+                let earlier = crashed_at
+                    .get(*host)
+                    .copied()
+                    .flatten()
+                    .map_or(0, |c| expiry_deadline(c, ttl, &windows));
                 let from = match result {
                     // etcd confirmed the revoke: gone at once.
                     Ok(()) => r.at_ms,
@@ -375,7 +389,7 @@ fn no_ghost(case: &Case, history: &History, samples: &[(u64, &Vec<HostSample>)],
                     );
                 }
                 if let Some(slot) = gone_from.get_mut(*host) {
-                    *slot = Some(from);
+                    *slot = Some(from.max(earlier));
                 }
             }
             What::TaskEnded { host, ended } => {
@@ -557,8 +571,17 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
     let mut views: Vec<HostView> = vec![HostView::new(); WATCHERS];
     let mut last_rev = [0i64; WATCHERS];
     let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
-    // Recent truth samples, to know what was stable for the last second.
-    let mut recent: Vec<(u64, HostView)> = Vec::new();
+    // The exact truth: every host-key change, in time order.
+    let changes: Vec<(u64, usize, i64, bool)> = history
+        .records
+        .iter()
+        .find_map(|r| match &r.what {
+            What::KeyChanges(c) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    // The latest sample of etcd (for convergence).
+    let mut truth_now: Option<HostView> = None;
     let convergence_at = heal_at.map(|h| h + bound);
     let mut convergence_checked = false;
     for r in &history.records {
@@ -623,17 +646,17 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
                 }
             }
             What::Sample(hosts) => {
-                let truth: HostView = hosts
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, s)| s.key_mod_revision.map(|m| (i, m)))
-                    .collect();
-                recent.push((r.at_ms, truth));
-                recent.retain(|(t, _)| *t + 1000 >= r.at_ms);
+                truth_now = Some(
+                    hosts
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, s)| s.key_mod_revision.map(|m| (i, m)))
+                        .collect(),
+                );
             }
             What::WatcherSample(samples) => {
                 let at = r.at_ms;
-                let Some((_, truth)) = recent.last() else {
+                let Some(truth) = truth_now.as_ref() else {
                     continue;
                 };
                 if !convergence_checked
@@ -651,7 +674,7 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
                     if !(alive && since_sync && settled(w, at)) {
                         continue;
                     }
-                    check_complete(w, at, &recent, &views[w], v);
+                    check_complete(w, at, &changes, &views[w], v);
                 }
             }
             _ => {}
@@ -688,32 +711,39 @@ fn check_converged(
     }
 }
 
-/// Hosts whose presence (and mod revision) was the same in every sample of
-/// the last second must be in the replayed view exactly so.
-fn check_complete(w: usize, at: u64, recent: &[(u64, HostView)], view: &HostView, v: &mut Verdict) {
-    let Some((_, now)) = recent.last() else {
-        return;
-    };
-    let hosts: std::collections::BTreeSet<&usize> = recent
-        .iter()
-        .flat_map(|(_, t)| t.keys())
-        .chain(view.keys())
-        .collect();
-    for host in hosts {
-        let stable = recent.iter().all(|(_, t)| t.get(host) == now.get(host));
-        if !stable {
+/// Every host whose key has not changed for the last second (per etcd's
+/// exact change log) must be in the replayed view exactly as etcd has it.
+fn check_complete(
+    w: usize,
+    at: u64,
+    changes: &[(u64, usize, i64, bool)],
+    view: &HostView,
+    v: &mut Verdict,
+) {
+    // Per host: its state after the last change at or before `at`, and
+    // whether it changed within the last second.
+    let mut state: BTreeMap<usize, (Option<i64>, bool)> = BTreeMap::new();
+    for (t, host, rev, present) in changes.iter().take_while(|c| c.0 <= at) {
+        let entry = state.entry(*host).or_insert((None, false));
+        entry.0 = present.then_some(*rev);
+        entry.1 |= *t + 1000 > at;
+    }
+    for host in view.keys() {
+        state.entry(*host).or_insert((None, false));
+    }
+    for (host, (truth, changed_lately)) in state {
+        if changed_lately {
             continue;
         }
         v.checks += 1;
-        if view.get(host) != now.get(host) {
+        if view.get(&host).copied() != truth {
             v.violate(
                 Invariant::WatcherComplete,
                 at,
                 None,
                 format!(
-                                        "watcher {w}: host-{host} is {:?} in etcd (stable for 1 s) but {:?} in its view",
-                    now.get(host),
-                    view.get(host)
+                    "watcher {w}: host-{host} is {truth:?} in etcd (unchanged for 1 s) but {:?} in its view",
+                    view.get(&host)
                 ),
             );
         }

@@ -352,13 +352,39 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     sampler.abort();
     let anomalies = world.anomalies.load(std::sync::atomic::Ordering::Relaxed);
     world.record(What::SimulatorAnomalies(anomalies));
-    let (times, grants) = {
+    let (times, grants, changes) = {
         let st = lock(&world.etcd);
-        (st.revision_times.clone(), st.grant_times.clone())
+        let prefix = coord::DEFAULT_PREFIX.as_bytes();
+        let changes = st
+            .key_changes
+            .iter()
+            .filter_map(|(at, key, rev, present)| {
+                let host = std::str::from_utf8(key.strip_prefix(prefix)?).ok()?;
+                Some((*at, host_index(host)?, *rev, *present))
+            })
+            .collect();
+        (st.revision_times.clone(), st.grant_times.clone(), changes)
     };
     world.record(What::RevisionTimes(times));
     world.record(What::GrantTimes(grants));
-    world.recorder.snapshot()
+    world.record(What::KeyChanges(changes));
+    let history = world.recorder.snapshot();
+    // Tear the simulation down: the nodes' tasks and init closures hold the
+    // world (and madsim handles) in cycles that dropping the runtime alone
+    // does not free.
+    let nodes: Vec<NodeId> = {
+        let f = fleet(&world.fleet);
+        f.hosts
+            .iter()
+            .map(|s| s.proc.node)
+            .chain(f.watchers.iter().map(|s| s.proc.node))
+            .collect()
+    };
+    for node in nodes {
+        handle.kill(node);
+    }
+    handle.kill(world.etcd_node);
+    history
 }
 
 /// One host process: registers, records every event, stops when told.

@@ -112,6 +112,9 @@ pub enum What {
     RevisionTimes(Vec<(i64, u64)>),
     /// When each lease grant was served (virtual ms); recorded at the end.
     GrantTimes(Vec<u64>),
+    /// Every change of a host key: (virtual ms, host index, revision,
+    /// present after it); recorded at the end.
+    KeyChanges(Vec<(u64, usize, i64, bool)>),
 }
 
 /// The kind of a watcher event.

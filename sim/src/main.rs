@@ -176,8 +176,14 @@ mod campaign {
         drop(tx);
         let mut summary = Summary::default();
         let mut last = Instant::now();
+        let (shape, generator) = (args.shape, args.generator);
         for r in rx {
-            summary.add(r);
+            let seed = r.case.seed;
+            if let Some(violations) = summary.add(r) {
+                // Say it now: a long campaign may be stopped before the end.
+                eprintln!("FAILED seed {seed}: {violations:?}");
+                eprintln!("  replay: {}", replay_command(seed, shape, generator));
+            }
             if last.elapsed() >= Duration::from_secs(1) || summary.seeds == args.seeds {
                 eprintln!(
                     "[{:>5}/{}] {:>5.1}s wall, {} failed",
@@ -192,7 +198,6 @@ mod campaign {
         for w in workers {
             let _ = w.join();
         }
-        let (shape, generator) = (args.shape, args.generator);
         print!(
             "{}",
             summary.table(&|seed| replay_command(seed, shape, generator))

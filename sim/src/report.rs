@@ -34,8 +34,8 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Adds one case.
-    pub fn add(&mut self, r: CaseResult) {
+    /// Adds one case. Returns the violations of a failed one.
+    pub fn add(&mut self, mut r: CaseResult) -> Option<Vec<crate::checker::Violation>> {
         self.seeds += 1;
         self.virtual_ms += r.virtual_ms;
         for rec in &r.history.records {
@@ -51,9 +51,14 @@ impl Summary {
         self.heal_ms.extend(&r.verdict.heal_ms);
         self.lag_ms.extend(&r.verdict.lag_ms);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
-        if !r.passed() {
-            self.failures.push(r);
+        if r.passed() {
+            return None;
         }
+        // The table needs the seed and violations, not the whole history.
+        r.history = crate::history::History::default();
+        let violations = r.verdict.violations.clone();
+        self.failures.push(r);
+        Some(violations)
     }
 
     /// The table printed at the end of a campaign.

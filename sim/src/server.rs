@@ -43,6 +43,9 @@ pub struct EtcdState {
     /// When each lease grant was served (virtual ms): the re-registration
     /// rate.
     pub grant_times: Vec<u64>,
+    /// Every change of a key under the hosts' prefix: (virtual ms, key,
+    /// revision, present after it). The exact truth the watchers owe.
+    pub key_changes: Vec<(u64, Vec<u8>, i64, bool)>,
 }
 
 /// One open watch.
@@ -62,6 +65,19 @@ impl EtcdState {
         let last = self.revision_times.last().map_or(1, |(r, _)| *r);
         for rev in last + 1..=self.model.revision() {
             self.revision_times.push((rev, now));
+        }
+        if self.model.revision() > last {
+            // Called after every change, before any compaction can drop it.
+            let prefix = coord::DEFAULT_PREFIX.as_bytes();
+            for e in self
+                .model
+                .events_since(prefix, last + 1)
+                .unwrap_or_default()
+            {
+                let present = matches!(e, model::Event::Put { .. });
+                self.key_changes
+                    .push((now, e.key().to_vec(), e.revision(), present));
+            }
         }
         if self.model.revision() > last {
             self.changed.notify_one();
@@ -84,6 +100,7 @@ pub fn new_state() -> SharedEtcd {
         revision_times: Vec::new(),
         changed: Arc::new(Notify::new()),
         grant_times: Vec::new(),
+        key_changes: Vec::new(),
     }))
 }
 
