@@ -38,6 +38,7 @@ pub mod kv;
 pub mod liveness;
 pub mod outbox;
 pub mod outcome;
+mod revokes;
 pub mod rng;
 pub mod time;
 pub mod watcher;

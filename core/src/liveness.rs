@@ -31,13 +31,14 @@
 //! Stop revokes whatever lease exists (also one still being granted), then
 //! the machine is `Stopped` and inert.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
 use crate::ids::{Key, LeaseId, OpId};
 use crate::outbox::Outbox;
 use crate::outcome::{Failure, Outcome};
+use crate::revokes::Revokes;
 use crate::time::Instant;
 
 /// Smallest lease TTL accepted.
@@ -304,16 +305,18 @@ impl AttemptFailure {
     }
 }
 
-/// What stop did with the lease.
+/// What stop did with the leases the machine held.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevokeOutcome {
-    /// No lease existed (never registered, or already gone and known so).
+    /// No lease existed (never granted one, or every one known gone).
     NothingToRevoke,
-    /// etcd confirmed the revoke (or that the lease no longer exists): the
-    /// key is gone.
+    /// etcd confirmed the revoke of every lease the machine held (or that
+    /// it no longer exists): the key is gone. Names the registration's
+    /// lease (or else a partial one).
     Revoked(LeaseId),
-    /// The revoke failed or timed out: the key stays until the lease
-    /// expires, at most one TTL later.
+    /// A revoke failed or timed out: its key (if any) stays until the lease
+    /// expires, at most one TTL later. Names such a lease (the
+    /// registration's if it is one).
     NotConfirmed(LeaseId),
 }
 
@@ -500,38 +503,38 @@ enum State {
     Stopped,
 }
 
-/// The revoke of the lease whose fate `Stopped` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Revoking {
-    /// In flight as `op`.
-    InFlight { op: OpId, lease: LeaseId },
-    /// The last try failed; the next one goes at `at`.
-    RetryAt { at: Instant, lease: LeaseId },
-}
-
-/// What stop still waits for. Failed revokes are retried (paced by the
-/// fast backoff) until `deadline`; then whatever is left is given up and
-/// the lease left to expire.
+/// What stop still waits for: the revoke of every lease this machine may
+/// hold (the registration's, partial ones not yet confirmed revoked, one
+/// still being granted), each retried until `deadline`; then whatever is
+/// left is given up and left to expire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Stopping {
     deadline: Instant,
-    primary: Option<Revoking>,
+    revokes: Revokes,
+    /// The registration's lease, named by the outcome.
+    primary: Option<LeaseId>,
+    /// The first lease confirmed revoked.
+    confirmed: Option<LeaseId>,
     /// A grant in flight at stop: its lease is revoked when it arrives.
     pending_grant: Option<OpId>,
-    /// Revokes of late grants, waited for but not reported.
-    extra: BTreeMap<OpId, LeaseId>,
-    result: RevokeOutcome,
 }
 
 impl Stopping {
     fn done(&self) -> bool {
-        self.primary.is_none() && self.pending_grant.is_none() && self.extra.is_empty()
+        self.revokes.is_empty() && self.pending_grant.is_none()
     }
 
     fn next_deadline(&self) -> Instant {
-        match self.primary {
-            Some(Revoking::RetryAt { at, .. }) => at.min(self.deadline),
-            _ => self.deadline,
+        self.revokes
+            .next_deadline()
+            .map_or(self.deadline, |d| d.min(self.deadline))
+    }
+
+    /// The outcome once every revoke is confirmed.
+    fn all_revoked(&self) -> RevokeOutcome {
+        match self.primary.or(self.confirmed) {
+            Some(lease) => RevokeOutcome::Revoked(lease),
+            None => RevokeOutcome::NothingToRevoke,
         }
     }
 }
@@ -543,6 +546,9 @@ pub struct Liveness {
     state: State,
     backoff: Backoff,
     out: Outbox<Command, Event>,
+    /// Leases of failed partial registrations whose revoke etcd has not
+    /// confirmed yet: retried in the background, and by stop.
+    orphans: Revokes,
 }
 
 impl Liveness {
@@ -555,6 +561,7 @@ impl Liveness {
             state: State::Idle,
             backoff,
             out: Outbox::new(),
+            orphans: Revokes::default(),
         })
     }
 
@@ -600,6 +607,14 @@ impl Liveness {
 
     /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let state = self.state_deadline();
+        match self.orphans.next_deadline() {
+            Some(o) => Some(state.map_or(o, |s| s.min(o))),
+            None => state,
+        }
+    }
+
+    fn state_deadline(&self) -> Option<Instant> {
         match &self.state {
             State::Idle | State::Stopped => None,
             State::Registering { deadline, .. } => Some(*deadline),
@@ -736,6 +751,8 @@ impl Liveness {
     }
 
     fn on_timeout(&mut self, now: Instant) {
+        let timeout = self.config.request_timeout;
+        self.orphans.tick(&mut self.out, now, timeout, None);
         match std::mem::replace(&mut self.state, State::Stopped) {
             State::Registering {
                 op,
@@ -811,30 +828,21 @@ impl Liveness {
             State::Stopping(st) if now >= st.deadline => {
                 // Whatever is still outstanding is given up: an unconfirmed
                 // revoke leaves the lease to expire by its TTL.
-                let mut result = st.result;
-                match st.primary {
-                    Some(Revoking::InFlight { op, lease }) => {
-                        self.out.cmd(Command::Abandon { op });
-                        result = RevokeOutcome::NotConfirmed(lease);
-                    }
-                    Some(Revoking::RetryAt { lease, .. }) => {
-                        result = RevokeOutcome::NotConfirmed(lease);
-                    }
-                    None => {}
-                }
-                for op in st.pending_grant.into_iter().chain(st.extra.into_keys()) {
+                let all_revoked = st.all_revoked();
+                let primary = st.primary.filter(|p| st.revokes.contains(*p));
+                let left = st.revokes.abandon(&mut self.out);
+                if let Some(op) = st.pending_grant {
                     self.out.cmd(Command::Abandon { op });
                 }
+                let result = match primary.or(left.first().copied()) {
+                    Some(lease) => RevokeOutcome::NotConfirmed(lease),
+                    None => all_revoked,
+                };
                 self.finish_stop(result);
             }
             State::Stopping(mut st) => {
-                if let Some(Revoking::RetryAt { at, lease }) = st.primary {
-                    if now >= at {
-                        let op = self.out.op();
-                        self.out.cmd(Command::Revoke { op, lease });
-                        st.primary = Some(Revoking::InFlight { op, lease });
-                    }
-                }
+                let cap = Some(st.deadline);
+                st.revokes.tick(&mut self.out, now, timeout, cap);
                 self.state = State::Stopping(st);
             }
             other => self.state = other,
@@ -882,16 +890,14 @@ impl Liveness {
     ) {
         if first && self.config.start == StartPolicy::FailFast {
             self.out.event(Event::RegistrationFailed { reason });
-            match revoke {
-                Some(lease) => self.begin_stopping(now, Some(lease), None),
-                None => self.finish_stop(RevokeOutcome::NothingToRevoke),
-            }
+            self.begin_stopping(now, revoke, None);
             return;
         }
         if let Some(lease) = revoke {
-            // Fire and forget: its completion finds no one waiting for it.
-            let op = self.out.op();
-            self.out.cmd(Command::Revoke { op, lease });
+            // Retried until etcd confirms: if it is lost, the lease (maybe
+            // with the key on it) would outlive a later stop.
+            let deadline = now + self.config.request_timeout;
+            self.orphans.issue(&mut self.out, lease, deadline);
         }
         let delay = self.backoff.next_delay(reason.class());
         let next_at = now + delay;
@@ -938,6 +944,9 @@ impl Liveness {
     }
 
     fn on_completed(&mut self, now: Instant, op: OpId, outcome: Outcome<Reply>) {
+        if self.orphans.complete(now, op, &outcome).is_some() {
+            return;
+        }
         match std::mem::replace(&mut self.state, State::Stopped) {
             State::Registering {
                 op: want,
@@ -1218,7 +1227,7 @@ impl Liveness {
 
     fn on_stop(&mut self, now: Instant) {
         match std::mem::replace(&mut self.state, State::Stopped) {
-            State::Idle => self.finish_stop(RevokeOutcome::NothingToRevoke),
+            State::Idle => self.begin_stopping(now, None, None),
             State::Registering { op, step, .. } => match step {
                 Step::Grant => self.begin_stopping(now, None, Some(op)),
                 Step::Put { lease, stream } => {
@@ -1239,10 +1248,9 @@ impl Liveness {
                 }
                 self.begin_stopping(now, Some(lease.id), None);
             }
-            State::Waiting { resume, .. } => match resume {
-                Some(r) => self.begin_stopping(now, Some(r.lease.id), None),
-                None => self.finish_stop(RevokeOutcome::NothingToRevoke),
-            },
+            State::Waiting { resume, .. } => {
+                self.begin_stopping(now, resume.map(|r| r.lease.id), None)
+            }
             // Idempotent: a second stop changes nothing.
             other @ (State::Stopping(_) | State::Stopped) => self.state = other,
         }
@@ -1254,18 +1262,26 @@ impl Liveness {
         lease: Option<LeaseId>,
         pending_grant: Option<OpId>,
     ) {
-        let primary = lease.map(|lease| {
-            let op = self.out.op();
-            self.out.cmd(Command::Revoke { op, lease });
-            Revoking::InFlight { op, lease }
-        });
-        self.state = State::Stopping(Stopping {
-            deadline: now + self.config.request_timeout,
-            primary,
+        let deadline = now + self.config.request_timeout;
+        let mut revokes = Revokes::default();
+        for l in lease
+            .into_iter()
+            .chain(self.orphans.take_leases(&mut self.out))
+        {
+            revokes.issue(&mut self.out, l, deadline);
+        }
+        let st = Stopping {
+            deadline,
+            revokes,
+            primary: lease,
+            confirmed: None,
             pending_grant,
-            extra: BTreeMap::new(),
-            result: RevokeOutcome::NothingToRevoke,
-        });
+        };
+        if st.done() {
+            self.finish_stop(st.all_revoked());
+        } else {
+            self.state = State::Stopping(st);
+        }
     }
 
     fn on_stopping_done(
@@ -1275,35 +1291,16 @@ impl Liveness {
         outcome: Outcome<Reply>,
         mut st: Stopping,
     ) {
-        match st.primary {
-            Some(Revoking::InFlight { op: want, lease }) if want == op => {
-                st.primary = match outcome {
-                    Outcome::Ok(_) | Outcome::Err(Failure::LeaseNotFound) => {
-                        st.result = RevokeOutcome::Revoked(lease);
-                        None
-                    }
-                    // Retried until the deadline: one unavailable member or
-                    // a short leader election must not leave the key behind.
-                    Outcome::Err(_) | Outcome::Unknown => Some(Revoking::RetryAt {
-                        at: now + self.backoff.next_delay(FailureClass::Fast),
-                        lease,
-                    }),
-                };
+        if st.pending_grant == Some(op) {
+            st.pending_grant = None;
+            if let Outcome::Ok(Reply::Granted { lease, .. }) = outcome {
+                st.revokes.issue(&mut self.out, lease, st.deadline);
             }
-            _ if st.pending_grant == Some(op) => {
-                st.pending_grant = None;
-                if let Outcome::Ok(Reply::Granted { lease, .. }) = outcome {
-                    let rop = self.out.op();
-                    self.out.cmd(Command::Revoke { op: rop, lease });
-                    st.extra.insert(rop, lease);
-                }
-            }
-            _ => {
-                st.extra.remove(&op);
-            }
+        } else if let Some((lease, true)) = st.revokes.complete(now, op, &outcome) {
+            st.confirmed.get_or_insert(lease);
         }
         if st.done() {
-            self.finish_stop(st.result);
+            self.finish_stop(st.all_revoked());
         } else {
             self.state = State::Stopping(st);
         }

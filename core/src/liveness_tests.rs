@@ -665,7 +665,7 @@ fn stop_during_grant_revokes_the_late_lease() {
     assert_eq!(
         drain(&mut m),
         vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::NothingToRevoke
+            revoke: RevokeOutcome::Revoked(LEASE)
         })]
     );
 }
@@ -801,7 +801,7 @@ fn stop_retries_a_failed_revoke_until_it_is_confirmed() {
     assert!(drain(&mut m).is_empty(), "no verdict yet");
     assert_eq!(m.state(), LivenessState::Stopping);
     let retry_at = m.poll_timeout().unwrap();
-    assert!(retry_at > t(11) && retry_at <= t(111), "{retry_at}");
+    assert_eq!(retry_at, t(11) + crate::revokes::RETRY);
     m.handle(retry_at, Input::Timeout).unwrap();
     assert_eq!(
         drain(&mut m),
@@ -860,4 +860,98 @@ fn stop_gives_up_retrying_at_its_deadline() {
         );
     }
     assert!(m.is_stopped());
+}
+
+/// Seed 200489 of the simulator: a partial registration's revoke was lost
+/// (a partition), and a later stop reported NothingToRevoke while that
+/// lease, with the key on it, lived on.
+#[test]
+fn a_partial_lease_whose_revoke_was_lost_is_retried_and_revoked_by_stop() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    ok(&mut m, 1, 1, granted(LEASE));
+    let _ = drain(&mut m);
+    ok(&mut m, 2, 2, Reply::Done);
+    // The keep-alive open gets no answer: the attempt fails and the
+    // partial lease (the key is on it) must be revoked.
+    let _ = drain(&mut m);
+    m.handle(t(2002), Input::Timeout).unwrap();
+    let out = drain(&mut m);
+    assert!(out.contains(&cmd(Command::Revoke {
+        op: OpId(4),
+        lease: LEASE
+    })));
+    // That revoke is lost too: past its deadline it is tried again...
+    let next = m.poll_timeout().unwrap();
+    assert!(next <= t(4002), "{next}");
+    m.handle(t(4002), Input::Timeout).unwrap();
+    let out = drain(&mut m);
+    assert!(
+        out.contains(&cmd(Command::Abandon { op: OpId(4) })),
+        "{out:?}"
+    );
+    let retry = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Command(Command::Revoke { op, lease }) if *lease == LEASE => Some(*op),
+            _ => None,
+        })
+        .expect("the orphan's revoke is retried");
+    // Meanwhile the next registration attempt started.
+    let grant = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Command(Command::Grant { op, .. }) => Some(*op),
+            _ => None,
+        })
+        .expect("a new attempt");
+    // ...and stop, which finds no registration, still revokes it.
+    m.handle(t(4003), Input::Stop).unwrap();
+    let out = drain(&mut m);
+    let stop_revoke = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Command(Command::Revoke { op, lease }) if *lease == LEASE => Some(*op),
+            _ => None,
+        })
+        .expect("stop revokes the orphan");
+    assert!(out.contains(&cmd(Command::Abandon { op: retry })));
+    assert_eq!(m.state(), LivenessState::Stopping);
+    // Stop also waits for the grant in flight (it would revoke its lease).
+    m.handle(
+        t(4004),
+        Input::Completed {
+            op: grant,
+            outcome: Outcome::Err(Failure::Unavailable("refused".into())),
+        },
+    )
+    .unwrap();
+    assert!(drain(&mut m).is_empty());
+    ok(&mut m, 4004, stop_revoke.0, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Stopped {
+            revoke: RevokeOutcome::Revoked(LEASE)
+        })]
+    );
+    // Unconfirmed instead: stop says so, naming the lease.
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    ok(&mut m, 1, 1, granted(LEASE));
+    ok(&mut m, 2, 2, Reply::Done);
+    let _ = drain(&mut m);
+    m.handle(t(2002), Input::Timeout).unwrap();
+    let _ = drain(&mut m);
+    m.handle(t(2003), Input::Stop).unwrap();
+    let _ = drain(&mut m);
+    m.handle(t(4003), Input::Timeout).unwrap();
+    let out = drain(&mut m);
+    assert_eq!(
+        out.last(),
+        Some(&ev(Event::Stopped {
+            revoke: RevokeOutcome::NotConfirmed(LEASE)
+        }))
+    );
 }

@@ -125,6 +125,20 @@ const PINNED_V3: &[(u64, u64, &str)] = &[
         0x03f883df056ab3b4,
         "a key shorter-lived than a sample",
     ),
+    // A partial registration's revoke was lost to a partition and never
+    // retried; a later stop reported NothingToRevoke while that lease, with
+    // the key on it, lived on (core bug: orphan leases are now retried and
+    // revoked by stop).
+    (
+        200489,
+        0x21ddb5ef7bd5ee07,
+        "a lost revoke of a partial lease",
+    ),
+    (
+        249341,
+        0x6322abb2383dd312,
+        "a lost revoke of a partial lease",
+    ),
 ];
 
 #[test]
