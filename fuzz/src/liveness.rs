@@ -154,6 +154,15 @@ impl Harness {
         crate::pick(&self.ops, which)
     }
 
+    /// A completion of `op`, remembering any lease it grants.
+    fn completion(&mut self, op: OpId, outcome: FuzzOutcome) -> Input {
+        let outcome = outcome.outcome();
+        if let Outcome::Ok(Reply::Granted { lease, .. }) = &outcome {
+            self.granted.insert(*lease);
+        }
+        Input::Completed { op, outcome }
+    }
+
     fn step(&mut self, m: &mut Liveness, step: Step) {
         let now = Instant::from_millis(self.now);
         let input = match step {
@@ -168,16 +177,7 @@ impl Harness {
                 }
                 return;
             }
-            Step::Complete { which, outcome } => {
-                let outcome = outcome.outcome();
-                if let Outcome::Ok(Reply::Granted { lease, .. }) = &outcome {
-                    self.granted.insert(*lease);
-                }
-                Input::Completed {
-                    op: self.op(which),
-                    outcome,
-                }
-            }
+            Step::Complete { which, outcome } => self.completion(self.op(which), outcome),
             Step::Reply { which, ttl_secs } => Input::KeepAliveReply {
                 stream: self.op(which),
                 ttl_secs: i64::from(ttl_secs),
@@ -187,14 +187,7 @@ impl Harness {
                 failure: failure.failure(),
             },
             Step::Ghost { op, outcome } => {
-                let outcome = outcome.outcome();
-                if let Outcome::Ok(Reply::Granted { lease, .. }) = &outcome {
-                    self.granted.insert(*lease);
-                }
-                Input::Completed {
-                    op: OpId(u64::from(op) + 1_000_000),
-                    outcome,
-                }
+                self.completion(OpId(u64::from(op) + 1_000_000), outcome)
             }
         };
         let is_start = input == Input::Start;

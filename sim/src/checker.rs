@@ -580,6 +580,10 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
             _ => None,
         })
         .unwrap_or_default();
+    // Per host, from the change log up to the current record: its key's
+    // mod revision (None: absent) and when it last changed.
+    let mut etcd: BTreeMap<usize, (Option<i64>, u64)> = BTreeMap::new();
+    let mut applied = 0;
     // The latest sample of etcd (for convergence).
     let mut truth_now: Option<HostView> = None;
     let convergence_at = heal_at.map(|h| h + bound);
@@ -656,6 +660,10 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
             }
             What::WatcherSample(samples) => {
                 let at = r.at_ms;
+                for (t, host, rev, present) in changes[applied..].iter().take_while(|c| c.0 <= at) {
+                    etcd.insert(*host, (present.then_some(*rev), *t));
+                    applied += 1;
+                }
                 let Some(truth) = truth_now.as_ref() else {
                     continue;
                 };
@@ -674,7 +682,7 @@ fn watchers(history: &History, heal_at: Option<u64>, stop_all_at: Option<u64>, v
                     if !(alive && since_sync && settled(w, at)) {
                         continue;
                     }
-                    check_complete(w, at, &changes, &views[w], v);
+                    check_complete(w, at, &etcd, &views[w], v);
                 }
             }
             _ => {}
@@ -712,27 +720,23 @@ fn check_converged(
 }
 
 /// Every host whose key has not changed for the last second (per etcd's
-/// exact change log) must be in the replayed view exactly as etcd has it.
+/// exact change log, folded into `etcd` up to `at`) must be in the replayed
+/// view exactly as etcd has it.
 fn check_complete(
     w: usize,
     at: u64,
-    changes: &[(u64, usize, i64, bool)],
+    etcd: &BTreeMap<usize, (Option<i64>, u64)>,
     view: &HostView,
     v: &mut Verdict,
 ) {
-    // Per host: its state after the last change at or before `at`, and
-    // whether it changed within the last second.
-    let mut state: BTreeMap<usize, (Option<i64>, bool)> = BTreeMap::new();
-    for (t, host, rev, present) in changes.iter().take_while(|c| c.0 <= at) {
-        let entry = state.entry(*host).or_insert((None, false));
-        entry.0 = present.then_some(*rev);
-        entry.1 |= *t + 1000 > at;
-    }
-    for host in view.keys() {
-        state.entry(*host).or_insert((None, false));
-    }
-    for (host, (truth, changed_lately)) in state {
-        if changed_lately {
+    // Hosts etcd never had but the view does: absent, and never changed.
+    let unseen = view.keys().filter(|h| !etcd.contains_key(h));
+    let hosts = etcd
+        .iter()
+        .map(|(h, (truth, t))| (*h, *truth, Some(*t)))
+        .chain(unseen.map(|h| (*h, None, None)));
+    for (host, truth, changed_at) in hosts {
+        if changed_at.is_some_and(|t| t + 1000 > at) {
             continue;
         }
         v.checks += 1;

@@ -34,9 +34,10 @@ trait Inner {
     fn inner(&self) -> &SimEtcd;
 }
 
-/// Delegates the calls no variant overrides to the simulated client.
-macro_rules! delegate_unary {
-    () => {
+/// Delegates the named calls, which a variant does not override, to the
+/// simulated client.
+macro_rules! delegate {
+    (unary) => {
         async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
             self.inner().lease_grant(ttl_secs).await
         }
@@ -51,6 +52,21 @@ macro_rules! delegate_unary {
         async fn range(&self, prefix: Vec<u8>, c: Consistency) -> Result<Listing, EtcdError> {
             self.inner().range(prefix, c).await
         }
+    };
+    (revoke) => {
+        async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+            self.inner().lease_revoke(lease).await
+        }
+    };
+    (keep_alive) => {
+        async fn lease_keep_alive(
+            &self,
+            lease: LeaseId,
+        ) -> Result<(SimKeeper, SimReplies), EtcdError> {
+            self.inner().lease_keep_alive(lease).await
+        }
+    };
+    (watch) => {
         async fn watch(
             &self,
             prefix: Vec<u8>,
@@ -85,12 +101,11 @@ impl EtcdApi for SwallowRevokeApi {
     type Replies = SimReplies;
     type WatchControl = SimWatchControl;
     type WatchEvents = SimWatchEvents;
-    delegate_unary!();
+    delegate!(unary);
+    delegate!(keep_alive);
+    delegate!(watch);
     async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
         Ok(())
-    }
-    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
-        self.0.lease_keep_alive(lease).await
     }
 }
 
@@ -142,10 +157,9 @@ impl EtcdApi for StaleTtlApi {
     type Replies = StaleReplies;
     type WatchControl = SimWatchControl;
     type WatchEvents = SimWatchEvents;
-    delegate_unary!();
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.0.lease_revoke(lease).await
-    }
+    delegate!(unary);
+    delegate!(revoke);
+    delegate!(watch);
     async fn lease_keep_alive(
         &self,
         lease: LeaseId,
@@ -215,10 +229,9 @@ impl EtcdApi for SilentStreamsApi {
     type Replies = SilentReplies;
     type WatchControl = SimWatchControl;
     type WatchEvents = SimWatchEvents;
-    delegate_unary!();
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.inner.lease_revoke(lease).await
-    }
+    delegate!(unary);
+    delegate!(revoke);
+    delegate!(watch);
     async fn lease_keep_alive(
         &self,
         lease: LeaseId,
@@ -277,25 +290,20 @@ impl coord::WatchEvents for NoDeletes {
     }
 }
 
+impl Inner for DropDeletesApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.0
+    }
+}
+
 impl EtcdApi for DropDeletesApi {
     type Keeper = SimKeeper;
     type Replies = SimReplies;
     type WatchControl = SimWatchControl;
     type WatchEvents = NoDeletes;
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.0.lease_grant(ttl_secs).await
-    }
-    async fn put_if_changed(
-        &self,
-        key: Vec<u8>,
-        value: Vec<u8>,
-        lease: LeaseId,
-    ) -> Result<(), EtcdError> {
-        self.0.put_if_changed(key, value, lease).await
-    }
-    async fn range(&self, prefix: Vec<u8>, c: Consistency) -> Result<Listing, EtcdError> {
-        self.0.range(prefix, c).await
-    }
+    delegate!(unary);
+    delegate!(revoke);
+    delegate!(keep_alive);
     async fn watch(
         &self,
         prefix: Vec<u8>,
@@ -303,12 +311,6 @@ impl EtcdApi for DropDeletesApi {
     ) -> Result<(SimWatchControl, NoDeletes), EtcdError> {
         let (c, e) = self.0.watch(prefix, start).await?;
         Ok((c, NoDeletes(e)))
-    }
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.0.lease_revoke(lease).await
-    }
-    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
-        self.0.lease_keep_alive(lease).await
     }
 }
 
