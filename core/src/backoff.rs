@@ -66,6 +66,10 @@ pub enum BackoffConfigError {
     /// `cap` must be at least `initial` and at most one hour.
     #[error("backoff cap must be between the initial delay and 1 hour, got {0:?}")]
     CapOutOfRange(Duration),
+    /// `fast_cap` must be at least 1 ms (0 would retry without pause) and
+    /// at most one hour.
+    #[error("backoff fast cap must be between 1 ms and 1 hour, got {0:?}")]
+    FastCapOutOfRange(Duration),
 }
 
 impl BackoffConfig {
@@ -79,6 +83,9 @@ impl BackoffConfig {
         }
         if self.cap < self.initial || self.cap > Duration::from_secs(3600) {
             return Err(BackoffConfigError::CapOutOfRange(self.cap));
+        }
+        if self.fast_cap < Duration::from_millis(1) || self.fast_cap > Duration::from_secs(3600) {
+            return Err(BackoffConfigError::FastCapOutOfRange(self.fast_cap));
         }
         Ok(())
     }
@@ -233,5 +240,22 @@ mod tests {
             c.validate(),
             Err(BackoffConfigError::CapOutOfRange(_))
         ));
+        for (fast_cap, ok) in [
+            (Duration::ZERO, false),
+            (Duration::from_millis(1), true),
+            (Duration::from_secs(3600), true),
+            (Duration::from_secs(3601), false),
+        ] {
+            let c = BackoffConfig {
+                fast_cap,
+                ..Default::default()
+            };
+            let want = if ok {
+                Ok(())
+            } else {
+                Err(BackoffConfigError::FastCapOutOfRange(fast_cap))
+            };
+            assert_eq!(c.validate(), want, "fast_cap {fast_cap:?}");
+        }
     }
 }

@@ -34,11 +34,14 @@
 pub mod backoff;
 pub mod host_id;
 pub mod ids;
+pub mod io;
 pub mod kv;
+pub mod lease;
 pub mod liveness;
+pub mod machine;
+pub mod mirror;
 pub mod outbox;
 pub mod outcome;
-mod revokes;
 pub mod rng;
 pub mod time;
 pub mod watcher;
@@ -50,7 +53,7 @@ pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum StartPolicy {
-    /// Report the failure (`RegistrationFailed`, `StartFailed`), undo what
+    /// Report the failure (`StartFailed`), undo what
     /// was done (revoke a partial lease) and end.
     #[default]
     FailFast,
@@ -58,5 +61,6 @@ pub enum StartPolicy {
     Retry,
 }
 pub use ids::{FencingToken, Key, LeaseId, OpId, Revision};
-pub use outcome::{Failure, Outcome};
+pub use machine::Machine;
+pub use outcome::{AttemptFailure, Failure, Outcome, Retry};
 pub use time::Instant;

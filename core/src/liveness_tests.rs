@@ -1,4 +1,62 @@
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
 use super::*;
+use crate::io::{Command, Completion, Granted, TxnResponse};
+use crate::outcome::Failure;
+use crate::{OpId, Outcome};
+
+/// What a test replies to a unary request; the request's kind (recorded
+/// when the test drained the command) decides which completion it becomes.
+#[derive(Debug, Clone)]
+enum Reply {
+    Granted { lease: LeaseId, ttl_secs: i64 },
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Grant,
+    Txn,
+    Revoke,
+}
+
+thread_local! {
+    static KINDS: RefCell<BTreeMap<OpId, Kind>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// The completion of `op` with `outcome`, typed by the kind of request `op`
+/// was.
+fn completed(op: OpId, outcome: Outcome<Reply>) -> Input {
+    let kind = KINDS.with(|k| k.borrow().get(&op).copied());
+    let c = match kind {
+        Some(Kind::Grant) => Completion::Granted {
+            op,
+            outcome: outcome.map(|r| match r {
+                Reply::Granted { lease, ttl_secs } => Granted { lease, ttl_secs },
+                Reply::Done => panic!("a grant answered with Done"),
+            }),
+        },
+        Some(Kind::Txn) => Completion::Txn {
+            op,
+            outcome: outcome.map(|_| TxnResponse {
+                succeeded: false,
+                revision: crate::Revision(10),
+                responses: Vec::new(),
+            }),
+        },
+        Some(Kind::Revoke) => Completion::Revoked {
+            op,
+            outcome: outcome.map(|_| ()),
+        },
+        // An op the machine never issued: any kind is stale.
+        None => Completion::Revoked {
+            op,
+            outcome: outcome.map(|_| ()),
+        },
+    };
+    Input::Io(c)
+}
 
 const LEASE: LeaseId = LeaseId(0x70);
 const LEASE2: LeaseId = LeaseId(0x71);
@@ -17,7 +75,19 @@ fn config(start: StartPolicy) -> LivenessConfig {
 }
 
 fn drain(m: &mut Liveness) -> Vec<Output> {
-    std::iter::from_fn(|| m.poll()).collect()
+    let out: Vec<Output> = std::iter::from_fn(|| m.poll()).collect();
+    KINDS.with(|k| {
+        let mut k = k.borrow_mut();
+        for o in &out {
+            match o {
+                Output::Command(Command::Grant { op, .. }) => k.insert(*op, Kind::Grant),
+                Output::Command(Command::Txn { op, .. }) => k.insert(*op, Kind::Txn),
+                Output::Command(Command::Revoke { op, .. }) => k.insert(*op, Kind::Revoke),
+                _ => None,
+            };
+        }
+    });
+    out
 }
 
 fn cmd(c: Command) -> Output {
@@ -29,14 +99,8 @@ fn ev(e: Event) -> Output {
 }
 
 fn ok(m: &mut Liveness, now: u64, op: u64, reply: Reply) {
-    m.handle(
-        t(now),
-        Input::Completed {
-            op: OpId(op),
-            outcome: Outcome::Ok(reply),
-        },
-    )
-    .unwrap();
+    m.handle(t(now), completed(OpId(op), Outcome::Ok(reply)))
+        .unwrap();
 }
 
 fn granted(lease: LeaseId) -> Reply {
@@ -44,11 +108,9 @@ fn granted(lease: LeaseId) -> Reply {
 }
 
 fn put(op: u64, lease: LeaseId) -> Output {
-    cmd(Command::PutKey {
+    cmd(Command::Txn {
         op: OpId(op),
-        key: Key(b"/coord/hosts/h1".to_vec()),
-        value: b"{}".to_vec(),
-        lease,
+        txn: crate::lease::put_if_changed(Key(b"/coord/hosts/h1".to_vec()), b"{}".to_vec(), lease),
     })
 }
 
@@ -96,10 +158,10 @@ fn registered_with(config: LivenessConfig) -> Liveness {
 fn reply(m: &mut Liveness, now: u64, stream: u64, ttl: i64) {
     m.handle(
         t(now),
-        Input::KeepAliveReply {
+        Input::Io(Completion::KeepAliveReply {
             stream: OpId(stream),
             ttl_secs: ttl,
-        },
+        }),
     )
     .unwrap();
 }
@@ -107,10 +169,10 @@ fn reply(m: &mut Liveness, now: u64, stream: u64, ttl: i64) {
 fn closed(m: &mut Liveness, now: u64, stream: u64, failure: Failure) {
     m.handle(
         t(now),
-        Input::KeepAliveClosed {
+        Input::Io(Completion::KeepAliveClosed {
             stream: OpId(stream),
             failure,
-        },
+        }),
     )
     .unwrap();
 }
@@ -177,11 +239,11 @@ fn keep_alive_every_refresh_and_deadline_from_send_time() {
     );
     assert!(matches!(
         out[2],
-        Output::Event(Event::Healing {
+        Output::Event(Event::Retrying(Retry {
             attempt: 1,
-            last_failure: None,
+            failure: None,
             ..
-        })
+        }))
     ));
     assert_eq!(out.len(), 3);
     assert_eq!(m.lease(), None);
@@ -212,7 +274,7 @@ fn ttl_zero_reply_is_a_lost_lease_and_heals_under_a_new_lease() {
             })
         ]
     );
-    let Output::Event(Event::Healing { next_at, .. }) = out[2] else {
+    let Output::Event(Event::Retrying(Retry { next_at, .. })) = out[2] else {
         panic!("{out:?}")
     };
     // First retry within the initial ceiling (100 ms) and at least half.
@@ -364,12 +426,7 @@ fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
     // ends it: lost, and healing will try to resume.
     let lost_at = lose_by_silence(&mut m);
     assert_eq!(lost_at, 9002);
-    assert_eq!(
-        m.state(),
-        LivenessState::Healing {
-            attempt: m.backoff.attempt()
-        }
-    );
+    assert_eq!(m.state(), LivenessState::Healing { attempt: 2 });
 }
 
 #[test]
@@ -401,7 +458,7 @@ fn lease_not_found_on_the_stream_is_a_lost_lease() {
 fn resume_of_a_dead_lease_grants_at_once() {
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
-    let b = m.out.last_op();
+    let b = m.last_op();
     let at = fire(&mut m);
     let _ = drain(&mut m);
     closed(&mut m, at + 5, b + 1, Failure::LeaseNotFound);
@@ -420,7 +477,7 @@ fn resume_of_a_dead_lease_grants_at_once() {
     // Same for a TTL-0 reply on the reopened stream.
     let mut m = registered(StartPolicy::FailFast);
     lose_by_silence(&mut m);
-    let b = m.out.last_op();
+    let b = m.last_op();
     let at = fire(&mut m);
     let _ = drain(&mut m);
     reply(&mut m, at + 5, b + 1, 0);
@@ -447,16 +504,13 @@ fn partial_registration_revokes_its_lease_fail_fast() {
     let _ = drain(&mut m);
     m.handle(
         t(2),
-        Input::Completed {
-            op: OpId(2),
-            outcome: Outcome::Err(Failure::Other("too large".into())),
-        },
+        completed(OpId(2), Outcome::Err(Failure::Other("too large".into()))),
     )
     .unwrap();
     assert_eq!(
         drain(&mut m),
         vec![
-            ev(Event::RegistrationFailed {
+            ev(Event::StartFailed {
                 reason: AttemptFailure::Etcd(Failure::Other("too large".into()))
             }),
             cmd(Command::Revoke {
@@ -465,17 +519,17 @@ fn partial_registration_revokes_its_lease_fail_fast() {
             })
         ]
     );
-    assert_eq!(m.state(), LivenessState::Stopping);
+    assert_eq!(m.state(), LivenessState::Closing);
     ok(&mut m, 3, 3, Reply::Done);
     assert_eq!(
         drain(&mut m),
-        vec![ev(Event::Stopped {
+        vec![ev(Event::Closed {
             revoke: RevokeOutcome::Revoked(LEASE)
         })]
     );
-    assert!(m.is_stopped());
+    assert!(m.is_closed());
     assert_eq!(m.poll_timeout(), None);
-    assert_eq!(m.handle(t(4), Input::Start), Err(UsageError::Stopped));
+    assert_eq!(m.handle(t(4), Input::Start), Err(UsageError::Closed));
 }
 
 #[test]
@@ -485,19 +539,19 @@ fn first_grant_failure_fails_fast_with_nothing_to_revoke() {
     let _ = drain(&mut m);
     m.handle(
         t(1),
-        Input::Completed {
-            op: OpId(1),
-            outcome: Outcome::Err(Failure::Unavailable("tcp connect error".into())),
-        },
+        completed(
+            OpId(1),
+            Outcome::Err(Failure::Unavailable("tcp connect error".into())),
+        ),
     )
     .unwrap();
     assert_eq!(
         drain(&mut m),
         vec![
-            ev(Event::RegistrationFailed {
+            ev(Event::StartFailed {
                 reason: AttemptFailure::Etcd(Failure::Unavailable("tcp connect error".into()))
             }),
-            ev(Event::Stopped {
+            ev(Event::Closed {
                 revoke: RevokeOutcome::NothingToRevoke
             })
         ]
@@ -511,14 +565,8 @@ fn retry_policy_revokes_partial_lease_and_backs_off() {
     let _ = drain(&mut m);
     ok(&mut m, 1, 1, granted(LEASE));
     let _ = drain(&mut m);
-    m.handle(
-        t(2),
-        Input::Completed {
-            op: OpId(2),
-            outcome: Outcome::Unknown,
-        },
-    )
-    .unwrap();
+    m.handle(t(2), completed(OpId(2), Outcome::Unknown))
+        .unwrap();
     let out = drain(&mut m);
     assert_eq!(
         out[0],
@@ -529,11 +577,11 @@ fn retry_policy_revokes_partial_lease_and_backs_off() {
     );
     assert!(matches!(
         out[1],
-        Output::Event(Event::Healing {
+        Output::Event(Event::Retrying(Retry {
             attempt: 1,
-            last_failure: Some(AttemptFailure::Timeout),
+            failure: Some(AttemptFailure::Timeout),
             ..
-        })
+        }))
     ));
     // The fire-and-forget revoke's completion is ignored.
     ok(&mut m, 3, 3, Reply::Done);
@@ -566,10 +614,10 @@ fn request_deadline_abandons_and_counts_as_unknown() {
     assert_eq!(out[0], cmd(Command::Abandon { op: OpId(1) }));
     assert!(matches!(
         out[1],
-        Output::Event(Event::Healing {
-            last_failure: Some(AttemptFailure::Timeout),
+        Output::Event(Event::Retrying(Retry {
+            failure: Some(AttemptFailure::Timeout),
             ..
-        })
+        }))
     ));
     // The late grant is stale: ignored (it expires on its own at its TTL).
     ok(&mut m, 2001, 1, granted(LEASE));
@@ -585,10 +633,10 @@ fn fast_failures_keep_retries_within_the_fast_cap() {
         let _ = drain(&mut m);
         m.handle(
             t(now),
-            Input::Completed {
-                op: OpId(op),
-                outcome: Outcome::Err(Failure::Unavailable("refused".into())),
-            },
+            completed(
+                OpId(op),
+                Outcome::Err(Failure::Unavailable("refused".into())),
+            ),
         )
         .unwrap();
         let next = m.poll_timeout().unwrap().as_millis();
@@ -598,360 +646,5 @@ fn fast_failures_keep_retries_within_the_fast_cap() {
     }
 }
 
-#[test]
-fn stop_while_held_revokes_and_is_idempotent() {
-    let mut m = registered(StartPolicy::FailFast);
-    m.handle(t(10), Input::Stop).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![
-            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
-            cmd(Command::Revoke {
-                op: OpId(4),
-                lease: LEASE
-            })
-        ]
-    );
-    assert_eq!(m.state(), LivenessState::Stopping);
-    m.handle(t(11), Input::Stop).unwrap();
-    assert!(drain(&mut m).is_empty());
-    ok(&mut m, 12, 4, Reply::Done);
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::Revoked(LEASE)
-        })]
-    );
-    m.handle(t(13), Input::Stop).unwrap();
-    reply(&mut m, 13, 3, 9);
-    assert!(drain(&mut m).is_empty());
-    assert!(m.is_stopped());
-}
-
-#[test]
-fn stop_with_unreachable_etcd_reports_not_confirmed_at_the_deadline() {
-    let mut m = registered(StartPolicy::FailFast);
-    m.handle(t(10), Input::Stop).unwrap();
-    let _ = drain(&mut m);
-    assert_eq!(m.poll_timeout(), Some(t(2010)));
-    m.handle(t(2010), Input::Timeout).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![
-            cmd(Command::Abandon { op: OpId(4) }),
-            ev(Event::Stopped {
-                revoke: RevokeOutcome::NotConfirmed(LEASE)
-            })
-        ]
-    );
-}
-
-#[test]
-fn stop_during_grant_revokes_the_late_lease() {
-    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    let _ = drain(&mut m);
-    m.handle(t(1), Input::Stop).unwrap();
-    assert!(drain(&mut m).is_empty());
-    ok(&mut m, 2, 1, granted(LEASE));
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::Revoke {
-            op: OpId(2),
-            lease: LEASE
-        })]
-    );
-    ok(&mut m, 3, 2, Reply::Done);
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::Revoked(LEASE)
-        })]
-    );
-}
-
-#[test]
-fn stop_while_healing_revokes_the_resumable_lease() {
-    let mut m = registered(StartPolicy::FailFast);
-    let lost_at = lose_by_silence(&mut m);
-    let b = m.out.last_op();
-    m.handle(t(lost_at + 1), Input::Stop).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::Revoke {
-            op: OpId(b + 1),
-            lease: LEASE
-        })]
-    );
-    m.handle(
-        t(lost_at + 2),
-        Input::Completed {
-            op: OpId(b + 1),
-            outcome: Outcome::Err(Failure::LeaseNotFound),
-        },
-    )
-    .unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::Revoked(LEASE)
-        })]
-    );
-}
-
-#[test]
-fn stream_closing_during_resume_put_fails_the_attempt() {
-    let mut m = registered(StartPolicy::FailFast);
-    lose_by_silence(&mut m);
-    let b = m.out.last_op();
-    let at = fire(&mut m);
-    let _ = drain(&mut m);
-    reply(&mut m, at + 1, b + 1, 9);
-    assert_eq!(drain(&mut m), vec![put(b + 2, LEASE)]);
-    closed(&mut m, at + 2, b + 1, Failure::StreamClosed("again".into()));
-    let out = drain(&mut m);
-    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(b + 2) }));
-    assert_eq!(
-        out[1],
-        cmd(Command::CloseKeepAlive {
-            stream: OpId(b + 1)
-        })
-    );
-    assert!(matches!(out[2], Output::Event(Event::Healing { .. })));
-    // Still resumable: the next attempt reopens the same lease.
-    fire(&mut m);
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::OpenKeepAlive {
-            op: OpId(b + 3),
-            lease: LEASE
-        })]
-    );
-}
-
-#[test]
-fn misuse_and_bad_configs_are_typed_errors() {
-    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    assert_eq!(
-        m.handle(t(0), Input::Start),
-        Err(UsageError::AlreadyStarted)
-    );
-    let mut c = config(StartPolicy::FailFast);
-    c.ttl = Duration::from_millis(500);
-    assert!(matches!(
-        Liveness::new(c).err(),
-        Some(ConfigError::TtlOutOfRange(_))
-    ));
-    let mut c = config(StartPolicy::FailFast);
-    c.ttl = Duration::from_secs(86_401);
-    assert!(matches!(
-        Liveness::new(c).err(),
-        Some(ConfigError::TtlOutOfRange(_))
-    ));
-    let mut c = config(StartPolicy::FailFast);
-    c.refresh = c.ttl;
-    assert!(matches!(
-        Liveness::new(c).err(),
-        Some(ConfigError::RefreshOutOfRange { .. })
-    ));
-    let mut c = config(StartPolicy::FailFast);
-    c.key = Key(Vec::new());
-    assert_eq!(Liveness::new(c).err(), Some(ConfigError::EmptyKey));
-    // Stop before start: nothing to revoke, stopped at once.
-    let mut m = Liveness::new(config(StartPolicy::FailFast)).unwrap();
-    m.handle(t(0), Input::Stop).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::NothingToRevoke
-        })]
-    );
-}
-
-#[test]
-fn ttl_is_asked_in_whole_seconds_rounding_up() {
-    let mut c = config(StartPolicy::FailFast);
-    c.ttl = Duration::from_millis(2500);
-    c.refresh = Duration::from_millis(800);
-    let mut m = Liveness::new(c).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::Grant {
-            op: OpId(1),
-            ttl_secs: 3
-        })]
-    );
-}
-
-#[test]
-fn stop_retries_a_failed_revoke_until_it_is_confirmed() {
-    let mut m = registered(StartPolicy::FailFast);
-    m.handle(t(10), Input::Stop).unwrap();
-    let _ = drain(&mut m);
-    m.handle(
-        t(11),
-        Input::Completed {
-            op: OpId(4),
-            outcome: Outcome::Err(Failure::Unavailable("one member down".into())),
-        },
-    )
-    .unwrap();
-    assert!(drain(&mut m).is_empty(), "no verdict yet");
-    assert_eq!(m.state(), LivenessState::Stopping);
-    let retry_at = m.poll_timeout().unwrap();
-    assert_eq!(retry_at, t(11) + crate::revokes::RETRY);
-    m.handle(retry_at, Input::Timeout).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::Revoke {
-            op: OpId(5),
-            lease: LEASE
-        })]
-    );
-    // The failed try's late completion changes nothing.
-    ok(&mut m, retry_at.as_millis() + 1, 4, Reply::Done);
-    assert!(drain(&mut m).is_empty());
-    ok(&mut m, retry_at.as_millis() + 2, 5, Reply::Done);
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::Revoked(LEASE)
-        })]
-    );
-}
-
-#[test]
-fn stop_gives_up_retrying_at_its_deadline() {
-    let mut m = registered(StartPolicy::FailFast);
-    m.handle(t(10), Input::Stop).unwrap();
-    let _ = drain(&mut m);
-    let mut op = 4;
-    let mut now = 10;
-    loop {
-        m.handle(
-            t(now + 1),
-            Input::Completed {
-                op: OpId(op),
-                outcome: Outcome::Unknown,
-            },
-        )
-        .unwrap();
-        assert!(drain(&mut m).is_empty());
-        now = fire(&mut m);
-        let out = drain(&mut m);
-        if now >= 2010 {
-            assert_eq!(
-                out,
-                vec![ev(Event::Stopped {
-                    revoke: RevokeOutcome::NotConfirmed(LEASE)
-                })]
-            );
-            break;
-        }
-        op += 1;
-        assert_eq!(
-            out,
-            vec![cmd(Command::Revoke {
-                op: OpId(op),
-                lease: LEASE
-            })]
-        );
-    }
-    assert!(m.is_stopped());
-}
-
-/// Seed 200489 of the simulator: a partial registration's revoke was lost
-/// (a partition), and a later stop reported NothingToRevoke while that
-/// lease, with the key on it, lived on.
-#[test]
-fn a_partial_lease_whose_revoke_was_lost_is_retried_and_revoked_by_stop() {
-    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    let _ = drain(&mut m);
-    ok(&mut m, 1, 1, granted(LEASE));
-    let _ = drain(&mut m);
-    ok(&mut m, 2, 2, Reply::Done);
-    // The keep-alive open gets no answer: the attempt fails and the
-    // partial lease (the key is on it) must be revoked.
-    let _ = drain(&mut m);
-    m.handle(t(2002), Input::Timeout).unwrap();
-    let out = drain(&mut m);
-    assert!(out.contains(&cmd(Command::Revoke {
-        op: OpId(4),
-        lease: LEASE
-    })));
-    // That revoke is lost too: past its deadline it is tried again...
-    let next = m.poll_timeout().unwrap();
-    assert!(next <= t(4002), "{next}");
-    m.handle(t(4002), Input::Timeout).unwrap();
-    let out = drain(&mut m);
-    assert!(
-        out.contains(&cmd(Command::Abandon { op: OpId(4) })),
-        "{out:?}"
-    );
-    let retry = out
-        .iter()
-        .find_map(|o| match o {
-            Output::Command(Command::Revoke { op, lease }) if *lease == LEASE => Some(*op),
-            _ => None,
-        })
-        .expect("the orphan's revoke is retried");
-    // Meanwhile the next registration attempt started.
-    let grant = out
-        .iter()
-        .find_map(|o| match o {
-            Output::Command(Command::Grant { op, .. }) => Some(*op),
-            _ => None,
-        })
-        .expect("a new attempt");
-    // ...and stop, which finds no registration, still revokes it.
-    m.handle(t(4003), Input::Stop).unwrap();
-    let out = drain(&mut m);
-    let stop_revoke = out
-        .iter()
-        .find_map(|o| match o {
-            Output::Command(Command::Revoke { op, lease }) if *lease == LEASE => Some(*op),
-            _ => None,
-        })
-        .expect("stop revokes the orphan");
-    assert!(out.contains(&cmd(Command::Abandon { op: retry })));
-    assert_eq!(m.state(), LivenessState::Stopping);
-    // Stop also waits for the grant in flight (it would revoke its lease).
-    m.handle(
-        t(4004),
-        Input::Completed {
-            op: grant,
-            outcome: Outcome::Err(Failure::Unavailable("refused".into())),
-        },
-    )
-    .unwrap();
-    assert!(drain(&mut m).is_empty());
-    ok(&mut m, 4004, stop_revoke.0, Reply::Done);
-    assert_eq!(
-        drain(&mut m),
-        vec![ev(Event::Stopped {
-            revoke: RevokeOutcome::Revoked(LEASE)
-        })]
-    );
-    // Unconfirmed instead: stop says so, naming the lease.
-    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    let _ = drain(&mut m);
-    ok(&mut m, 1, 1, granted(LEASE));
-    ok(&mut m, 2, 2, Reply::Done);
-    let _ = drain(&mut m);
-    m.handle(t(2002), Input::Timeout).unwrap();
-    let _ = drain(&mut m);
-    m.handle(t(2003), Input::Stop).unwrap();
-    let _ = drain(&mut m);
-    m.handle(t(4003), Input::Timeout).unwrap();
-    let out = drain(&mut m);
-    assert_eq!(
-        out.last(),
-        Some(&ev(Event::Stopped {
-            revoke: RevokeOutcome::NotConfirmed(LEASE)
-        }))
-    );
-}
+#[path = "liveness_close_tests.rs"]
+mod close;

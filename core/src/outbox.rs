@@ -13,32 +13,66 @@ pub enum Output<C, E> {
     Event(E),
 }
 
-/// A machine's output queue and op-id allocator: ids are fresh and
-/// increasing, so a completion for an op no longer awaited is recognisable.
+/// Op ids carry the slot of the machine that issued them in their high
+/// bits, so a parent sharing one driver with its parts (a session and its
+/// elections) routes a completion by its op alone: `op >> SLOT_SHIFT`.
+pub const SLOT_SHIFT: u32 = 40;
+
+/// The slot an op id was issued from.
+pub fn slot_of(op: OpId) -> u64 {
+    op.0 >> SLOT_SHIFT
+}
+
+/// An op-id allocator: ids are fresh and increasing within a machine and
+/// unique across slots, so a completion for an op no longer awaited is
+/// recognisable.
+#[derive(Debug)]
+pub(crate) struct OpIds {
+    base: u64,
+    last: u64,
+}
+
+impl OpIds {
+    /// A fresh op id.
+    pub(crate) fn next(&mut self) -> OpId {
+        self.last += 1;
+        OpId(self.base | self.last)
+    }
+}
+
+/// A machine's output queue and op-id allocator.
 #[derive(Debug)]
 pub(crate) struct Outbox<C, E> {
-    last_op: u64,
+    pub(crate) ids: OpIds,
     queue: VecDeque<Output<C, E>>,
 }
 
 impl<C, E> Outbox<C, E> {
+    /// An outbox for slot 0 (a machine that shares its driver with no one).
     pub(crate) fn new() -> Self {
+        Self::with_slot(0)
+    }
+
+    /// An outbox whose op ids all carry `slot`.
+    pub(crate) fn with_slot(slot: u64) -> Self {
         Outbox {
-            last_op: 0,
+            ids: OpIds {
+                base: slot << SLOT_SHIFT,
+                last: 0,
+            },
             queue: VecDeque::new(),
         }
     }
 
     /// A fresh op id.
     pub(crate) fn op(&mut self) -> OpId {
-        self.last_op += 1;
-        OpId(self.last_op)
+        self.ids.next()
     }
 
-    /// The last op id handed out (0 if none).
+    /// The last op id handed out (0 if none), without the slot.
     #[cfg(test)]
     pub(crate) fn last_op(&self) -> u64 {
-        self.last_op
+        self.ids.last
     }
 
     pub(crate) fn cmd(&mut self, c: C) {

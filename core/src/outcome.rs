@@ -51,3 +51,64 @@ pub enum Outcome<T> {
     /// No answer in time: the request may or may not have been applied.
     Unknown,
 }
+
+impl<T> Outcome<T> {
+    /// Maps the value of an `Ok`, keeping failures and unknowns.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Ok(v) => Outcome::Ok(f(v)),
+            Outcome::Err(e) => Outcome::Err(e),
+            Outcome::Unknown => Outcome::Unknown,
+        }
+    }
+}
+
+/// Why one attempt of a machine (a registration, a listing, a campaign)
+/// failed. Every machine reports failed attempts with this type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AttemptFailure {
+    /// etcd answered with a failure.
+    #[error(transparent)]
+    Etcd(Failure),
+    /// No answer before the request deadline.
+    #[error("no answer before the request deadline")]
+    Timeout,
+    /// The lease turned out dead (TTL 0 or not found).
+    #[error("the lease is gone")]
+    LeaseGone,
+}
+
+impl AttemptFailure {
+    /// How a retry after this failure is paced.
+    pub fn class(&self) -> crate::FailureClass {
+        match self {
+            AttemptFailure::Etcd(f) => f.class(),
+            AttemptFailure::Timeout => crate::FailureClass::Slow,
+            AttemptFailure::LeaseGone => crate::FailureClass::Fast,
+        }
+    }
+
+    /// The failure of a request that ended with `outcome` (`None` if it
+    /// succeeded).
+    pub fn of<T>(outcome: &Outcome<T>) -> Option<AttemptFailure> {
+        match outcome {
+            Outcome::Ok(_) => None,
+            Outcome::Err(Failure::LeaseNotFound) => Some(AttemptFailure::LeaseGone),
+            Outcome::Err(f) => Some(AttemptFailure::Etcd(f.clone())),
+            Outcome::Unknown => Some(AttemptFailure::Timeout),
+        }
+    }
+}
+
+/// What every machine that retries reports before waiting: the failures so
+/// far, when it tries again, and what failed last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retry {
+    /// Failures since the last success.
+    pub attempt: u32,
+    /// When the next attempt starts.
+    pub next_at: crate::Instant,
+    /// What failed, if an attempt did (a heal that begins after a loss has
+    /// no failed attempt yet).
+    pub failure: Option<AttemptFailure>,
+}

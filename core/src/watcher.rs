@@ -1,5 +1,6 @@
 //! `Watcher`: a view of the hosts under a prefix that converges to etcd's
-//! truth, and the stream of changes that explains it.
+//! truth, and the stream of changes that explains it: the host-id view of
+//! a [`Mirror`](crate::mirror) of the prefix.
 //!
 //! Start: range the prefix, emit a synthetic `Up` per host, then `Synced`,
 //! then watch from the range's revision + 1 with prev kv. A put of a new
@@ -7,15 +8,14 @@
 //! `Updated`; an identical re-put is nothing; a delete of a known host is
 //! `Down` with the last-seen kv (from prev kv, else from the view).
 //!
-//! A broken stream (closed, erroring, or silent: no answer to a progress
-//! request within the request timeout) is resumed from the last revision
-//! seen + 1, with backoff. A compacted start revision makes the machine
-//! range the prefix again and emit the difference against its view (`Down`
-//! for hosts gone, `Up` for new ones, `Updated` for changed ones), then
-//! `Resynced`, then watch from the new revision + 1. Nothing is lost and
-//! nothing repeated: every event applies to the view exactly as emitted,
-//! and the revisions of emitted events never decrease (events of one etcd
-//! revision, such as a lease revoke deleting several hosts, share it).
+//! Broken, silent and compacted streams are the mirror's business: resumed
+//! from the last revision seen + 1, or re-listed with the difference
+//! reported (`Down` for hosts gone, `Up` for new ones, `Updated` for
+//! changed ones) and then `Resynced`. Every wait before a retry is
+//! announced with `Retrying`. Nothing is lost and nothing repeated: every
+//! event applies to the view exactly as emitted, and the revisions of
+//! emitted events never decrease (events of one etcd revision, such as a
+//! lease revoke deleting several hosts, share it).
 //!
 //! Keys under the prefix whose tail is not a valid host id (nested paths,
 //! empty tail, unsafe characters) are never events: `Ignored` reports them
@@ -24,27 +24,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
-use crate::host_id::validate_host_id;
-use crate::ids::{Key, OpId, Revision};
-use crate::kv::{KeyValue, WatchEvent};
+use crate::backoff::BackoffConfig;
+use crate::ids::{Key, Revision};
+use crate::io::{Command, Completion};
+use crate::kv::KeyValue;
+use crate::lease::UsageError;
+use crate::machine::Machine;
+use crate::mirror::{Change, KeyFilter, Mirror, MirrorConfig};
 use crate::outbox::Outbox;
-use crate::outcome::{Failure, Outcome};
+use crate::outcome::{AttemptFailure, Retry};
 use crate::time::Instant;
 
-/// How the prefix is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum Consistency {
-    /// Linearizable (through the leader): never older than a write that
-    /// completed before it. Default.
-    #[default]
-    Linearizable,
-    /// Serializable (any member's local state): cheaper, maybe stale; the
-    /// watch that follows catches up.
-    Serializable,
-}
-
+pub use crate::io::Consistency;
+pub use crate::mirror::{MirrorConfigError as ConfigError, ResyncReason};
 pub use crate::StartPolicy;
 
 /// Configuration of a [`Watcher`].
@@ -74,86 +66,39 @@ impl WatcherConfig {
     /// Defaults: linearizable, request timeout 5 s, probe every 10 s,
     /// default backoff, fail-fast start.
     pub fn new(prefix: Key, seed: u64) -> Self {
+        let m = MirrorConfig::new(prefix, seed);
         WatcherConfig {
-            prefix,
+            prefix: m.prefix,
             exclude_host: None,
-            consistency: Consistency::Linearizable,
-            request_timeout: Duration::from_secs(5),
-            probe_interval: Duration::from_secs(10),
-            backoff: BackoffConfig::default(),
+            consistency: m.consistency,
+            request_timeout: m.request_timeout,
+            probe_interval: m.probe_interval,
+            backoff: m.backoff,
             seed,
-            start: StartPolicy::FailFast,
+            start: m.start,
+        }
+    }
+
+    /// The mirror's config: host ids only, without the excluded one.
+    pub fn mirror(&self) -> MirrorConfig {
+        MirrorConfig {
+            prefix: self.prefix.clone(),
+            filter: KeyFilter::HostIds {
+                exclude: self.exclude_host.clone(),
+            },
+            consistency: self.consistency,
+            request_timeout: self.request_timeout,
+            probe_interval: self.probe_interval,
+            backoff: self.backoff.clone(),
+            seed: self.seed,
+            start: self.start,
         }
     }
 
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.prefix.0.is_empty() {
-            return Err(ConfigError::EmptyPrefix);
-        }
-        if self.request_timeout < Duration::from_millis(10)
-            || self.request_timeout > Duration::from_secs(300)
-        {
-            return Err(ConfigError::RequestTimeoutOutOfRange(self.request_timeout));
-        }
-        if self.probe_interval < Duration::from_millis(10)
-            || self.probe_interval > Duration::from_secs(3600)
-        {
-            return Err(ConfigError::ProbeIntervalOutOfRange(self.probe_interval));
-        }
-        self.backoff.validate()?;
-        Ok(())
+        self.mirror().validate()
     }
-}
-
-/// Why a [`WatcherConfig`] was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ConfigError {
-    /// The prefix is empty (it would watch the whole key space).
-    #[error("the watched prefix is empty")]
-    EmptyPrefix,
-    /// Request timeout must be between 10 ms and 5 minutes.
-    #[error("request timeout must be between 10 ms and 5 min, got {0:?}")]
-    RequestTimeoutOutOfRange(Duration),
-    /// Probe interval must be between 10 ms and one hour.
-    #[error("probe interval must be between 10 ms and 1 h, got {0:?}")]
-    ProbeIntervalOutOfRange(Duration),
-    /// Invalid backoff.
-    #[error(transparent)]
-    Backoff(#[from] BackoffConfigError),
-}
-
-/// Misuse of the machine's API.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    /// `Start` twice.
-    #[error("watcher already started")]
-    AlreadyStarted,
-    /// `Start` after close.
-    #[error("watcher is closed")]
-    Closed,
-}
-
-/// A range's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub struct Listing {
-    /// Every kv under the prefix.
-    pub kvs: Vec<KeyValue>,
-    /// The revision read at.
-    pub revision: Revision,
-}
-
-/// What kind of message a watch stream delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum MessageKind {
-    /// The watch was created (no events).
-    Created,
-    /// Events.
-    Events,
-    /// A progress notification: every event up to `revision` was sent.
-    Progress,
 }
 
 /// Everything that can happen to the machine.
@@ -166,81 +111,14 @@ pub enum Input {
     Close,
     /// `poll_timeout()` passed.
     Timeout,
-    /// A `Range` ended.
-    Listed {
-        /// The command's op.
-        op: OpId,
-        /// How.
-        outcome: Outcome<Listing>,
-    },
-    /// A message on the watch stream opened by `stream`.
-    WatchMessage {
-        /// The `Watch` op.
-        stream: OpId,
-        /// What kind.
-        kind: MessageKind,
-        /// Events (empty for created and progress).
-        events: Vec<WatchEvent>,
-        /// The response header's revision.
-        revision: Revision,
-    },
-    /// The watch stream failed to open, broke, ended, or was cancelled by
-    /// etcd; `Failure::Compacted` when its start revision is compacted.
-    WatchClosed {
-        /// The `Watch` op.
-        stream: OpId,
-        /// Why.
-        failure: Failure,
-    },
+    /// A range or watch stream answered.
+    Io(Completion),
 }
 
-/// Work for the driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    /// Range every key under `prefix`; complete with `Listed`.
-    Range {
-        /// Completion tag.
-        op: OpId,
-        /// The prefix.
-        prefix: Key,
-        /// Read consistency.
-        consistency: Consistency,
-    },
-    /// Watch `prefix` from `start_revision` with prev kv; messages come as
-    /// `WatchMessage{stream: op}`, the end as `WatchClosed{stream: op}`.
-    Watch {
-        /// Stream tag.
-        op: OpId,
-        /// The prefix.
-        prefix: Key,
-        /// First revision wanted.
-        start_revision: Revision,
-    },
-    /// Ask the stream for a progress notification (a liveness probe).
-    RequestProgress {
-        /// The stream.
-        stream: OpId,
-    },
-    /// Cancel and drop the stream; later messages from it are ignored.
-    CancelWatch {
-        /// The stream.
-        stream: OpId,
-    },
-    /// The request passed its deadline: drop it.
-    Abandon {
-        /// The request.
-        op: OpId,
-    },
-}
-
-/// Why the view was rebuilt from a fresh range.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResyncReason {
-    /// The watch's start revision was compacted.
-    Compacted {
-        /// etcd's compaction revision (0 if it did not say).
-        compact_revision: Revision,
-    },
+impl From<Completion> for Input {
+    fn from(c: Completion) -> Self {
+        Input::Io(c)
+    }
 }
 
 /// Why a key under the prefix is not reported.
@@ -302,11 +180,13 @@ pub enum Event {
         /// Why.
         reason: IgnoreReason,
     },
+    /// A list or watch failed; the next try is at `next_at`.
+    Retrying(Retry),
     /// The first range failed under `StartPolicy::FailFast`; `Closed`
     /// follows.
     StartFailed {
         /// Why.
-        failure: Option<Failure>,
+        reason: AttemptFailure,
     },
     /// Terminal.
     Closed,
@@ -315,92 +195,45 @@ pub enum Event {
 /// What `poll` yields.
 pub type Output = crate::outbox::Output<Command, Event>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListReason {
-    Initial,
-    Resync(Revision),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Probe {
-    /// Quiet; probe at `at` unless a message comes first.
-    Quiet { at: Instant },
-    /// A progress request (or the watch's creation) awaits an answer by
-    /// `deadline`.
-    Awaiting { deadline: Instant },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Then {
-    Resume,
-    List(ListReason),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum State {
-    Idle,
-    Listing {
-        op: OpId,
-        deadline: Instant,
-        reason: ListReason,
-    },
-    Watching {
-        stream: OpId,
-        probe: Probe,
-    },
-    Waiting {
-        next_at: Instant,
-        then: Then,
-    },
-    Closed,
-}
-
 /// The watcher state machine. See the module docs.
 #[derive(Debug)]
 pub struct Watcher {
-    config: WatcherConfig,
-    state: State,
-    backoff: Backoff,
+    mirror: Mirror,
     out: Outbox<Command, Event>,
-    view: BTreeMap<String, KeyValue>,
-    /// Every change up to here is reflected in the view.
-    revision: Revision,
 }
 
 impl Watcher {
     /// A machine for `config`. Nothing happens until `Input::Start`.
     pub fn new(config: WatcherConfig) -> Result<Self, ConfigError> {
-        config.validate()?;
-        let backoff = Backoff::new(config.backoff.clone(), config.seed);
         Ok(Watcher {
-            config,
-            state: State::Idle,
-            backoff,
+            mirror: Mirror::new(config.mirror())?,
             out: Outbox::new(),
-            view: BTreeMap::new(),
-            revision: Revision(0),
         })
     }
 
     /// The live hosts, exactly as the events so far describe them (the kv
     /// of each is the one its last `Up` or `Updated` carried).
-    pub fn view(&self) -> &BTreeMap<String, KeyValue> {
-        &self.view
+    pub fn view(&self) -> BTreeMap<String, KeyValue> {
+        self.mirror
+            .view()
+            .iter()
+            .map(|(k, kv)| (self.host(k), kv.clone()))
+            .collect()
     }
 
     /// Every change up to this revision is reflected in the view.
     pub fn revision(&self) -> Revision {
-        self.revision
+        self.mirror.revision()
     }
 
     /// True once closed (terminal).
     pub fn is_closed(&self) -> bool {
-        matches!(self.state, State::Closed)
+        self.mirror.is_closed()
     }
 
     /// True while a watch stream is open and the view is current.
     pub fn is_watching(&self) -> bool {
-        matches!(self.state, State::Watching { .. })
+        self.mirror.is_watching()
     }
 
     /// The next command or event.
@@ -411,316 +244,119 @@ impl Watcher {
 
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match &self.state {
-            State::Idle | State::Closed => None,
-            State::Listing { deadline, .. } => Some(*deadline),
-            State::Watching { probe, .. } => Some(match probe {
-                Probe::Quiet { at } => *at,
-                Probe::Awaiting { deadline } => *deadline,
-            }),
-            State::Waiting { next_at, .. } => Some(*next_at),
-        }
+        self.mirror.poll_timeout()
     }
 
     /// Feeds one input.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
         match input {
-            Input::Start => match self.state {
-                State::Idle => {
-                    self.list(now, ListReason::Initial);
-                    Ok(())
+            Input::Start => {
+                if !self.mirror.start(now, &mut self.out.ids) {
+                    return Err(if self.mirror.is_closed() {
+                        UsageError::Closed
+                    } else {
+                        UsageError::AlreadyStarted
+                    });
                 }
-                State::Closed => Err(UsageError::Closed),
-                _ => Err(UsageError::AlreadyStarted),
-            },
-            Input::Close => {
-                self.close();
-                Ok(())
             }
-            Input::Timeout => {
-                self.on_timeout(now);
-                Ok(())
-            }
-            Input::Listed { op, outcome } => {
-                self.on_listed(now, op, outcome);
-                Ok(())
-            }
-            Input::WatchMessage {
-                stream,
-                kind,
-                events,
-                revision,
-            } => {
-                self.on_message(now, stream, kind, events, revision);
-                Ok(())
-            }
-            Input::WatchClosed { stream, failure } => {
-                self.on_closed(now, stream, failure);
-                Ok(())
+            Input::Close => self.mirror.close(),
+            Input::Timeout => self.mirror.timeout(now, &mut self.out.ids),
+            Input::Io(c) => {
+                // Anything that is not the mirror's is stale.
+                let _ = self.mirror.io(now, c, &mut self.out.ids);
             }
         }
+        self.translate();
+        Ok(())
     }
 
-    fn list(&mut self, now: Instant, reason: ListReason) {
-        let op = self.out.op();
-        self.out.cmd(Command::Range {
-            op,
-            prefix: self.config.prefix.clone(),
-            consistency: self.config.consistency,
-        });
-        self.state = State::Listing {
-            op,
-            deadline: now + self.config.request_timeout,
-            reason,
-        };
+    /// The host id of a key the mirror kept (its tail is a valid host id).
+    fn host(&self, key: &Key) -> String {
+        let tail = key
+            .0
+            .strip_prefix(self.mirror.config().prefix.0.as_slice())
+            .unwrap_or(&key.0);
+        String::from_utf8_lossy(tail).into_owned()
     }
 
-    fn watch(&mut self, now: Instant) {
-        let op = self.out.op();
-        self.out.cmd(Command::Watch {
-            op,
-            prefix: self.config.prefix.clone(),
-            start_revision: Revision(self.revision.0.saturating_add(1)),
-        });
-        // The creation must be confirmed within a request timeout.
-        self.state = State::Watching {
-            stream: op,
-            probe: Probe::Awaiting {
-                deadline: now + self.config.request_timeout,
-            },
-        };
-    }
-
-    fn retry(&mut self, now: Instant, class: FailureClass, then: Then) {
-        let next_at = now + self.backoff.next_delay(class);
-        self.state = State::Waiting { next_at, then };
-    }
-
-    fn close(&mut self) {
-        match std::mem::replace(&mut self.state, State::Closed) {
-            State::Closed => {}
-            State::Listing { op, .. } => {
-                self.out.cmd(Command::Abandon { op });
-                self.out.event(Event::Closed);
-            }
-            State::Watching { stream, .. } => {
-                self.out.cmd(Command::CancelWatch { stream });
-                self.out.event(Event::Closed);
-            }
-            State::Idle | State::Waiting { .. } => self.out.event(Event::Closed),
-        }
-    }
-
-    fn on_timeout(&mut self, now: Instant) {
-        match std::mem::replace(&mut self.state, State::Closed) {
-            State::Listing {
-                op,
-                deadline,
-                reason,
-            } if now >= deadline => {
-                self.out.cmd(Command::Abandon { op });
-                self.list_failed(now, reason, None);
-            }
-            State::Watching {
-                stream,
-                probe: Probe::Awaiting { deadline },
-            } if now >= deadline => {
-                // No creation or progress answer in time: silently broken.
-                self.out.cmd(Command::CancelWatch { stream });
-                self.retry(now, FailureClass::Slow, Then::Resume);
-            }
-            State::Watching {
-                stream,
-                probe: Probe::Quiet { at },
-            } if now >= at => {
-                self.out.cmd(Command::RequestProgress { stream });
-                self.state = State::Watching {
-                    stream,
-                    probe: Probe::Awaiting {
-                        deadline: now + self.config.request_timeout,
-                    },
-                };
-            }
-            State::Waiting { next_at, then } if now >= next_at => match then {
-                Then::Resume => self.watch(now),
-                Then::List(reason) => self.list(now, reason),
-            },
-            other => self.state = other,
-        }
-    }
-
-    fn list_failed(&mut self, now: Instant, reason: ListReason, failure: Option<Failure>) {
-        if reason == ListReason::Initial && self.config.start == StartPolicy::FailFast {
-            self.out.event(Event::StartFailed { failure });
-            self.state = State::Closed;
-            self.out.event(Event::Closed);
-            return;
-        }
-        let class = failure.as_ref().map_or(FailureClass::Slow, Failure::class);
-        self.retry(now, class, Then::List(reason));
-    }
-
-    fn on_listed(&mut self, now: Instant, op: OpId, outcome: Outcome<Listing>) {
-        let (reason, listing) = match std::mem::replace(&mut self.state, State::Closed) {
-            State::Listing {
-                op: want, reason, ..
-            } if want == op => match outcome {
-                Outcome::Ok(listing) => (reason, listing),
-                Outcome::Err(f) => return self.list_failed(now, reason, Some(f)),
-                Outcome::Unknown => return self.list_failed(now, reason, None),
-            },
-            other => {
-                self.state = other;
-                return;
-            }
-        };
-        self.backoff.reset();
-        // The fresh truth, keyed by host id.
-        let mut fresh: BTreeMap<String, KeyValue> = BTreeMap::new();
-        for kv in listing.kvs {
-            if let Some(host) = self.host_of(&kv.key) {
-                fresh.insert(host, kv);
-            }
-        }
-        // A range never goes back in time for the consumer.
-        let revision = listing.revision.max(self.revision);
-        let gone: Vec<String> = self
-            .view
-            .keys()
-            .filter(|h| !fresh.contains_key(*h))
-            .cloned()
-            .collect();
-        for host in gone {
-            if let Some(last_seen) = self.view.remove(&host) {
-                self.out.event(Event::Down {
-                    host,
-                    last_seen,
+    /// Passes the mirror's commands on and turns its changes into host
+    /// events, in order.
+    fn translate(&mut self) {
+        while let Some(output) = self.mirror.next_output() {
+            let change = match output {
+                crate::outbox::Output::Command(c) => {
+                    self.out.cmd(c);
+                    continue;
+                }
+                crate::outbox::Output::Event(change) => change,
+            };
+            let event = match change {
+                Change::Put {
+                    kv,
+                    previous: None,
                     revision,
-                });
-            }
-        }
-        for (host, kv) in fresh {
-            self.apply_put(host, kv, revision);
-        }
-        self.revision = revision;
-        match reason {
-            ListReason::Initial => self.out.event(Event::Synced { revision }),
-            ListReason::Resync(compact_revision) => self.out.event(Event::Resynced {
-                reason: ResyncReason::Compacted { compact_revision },
-                revision,
-            }),
-        }
-        self.watch(now);
-    }
-
-    /// Records `kv` for `host`, emitting `Up` or `Updated`. An identical
-    /// value and lease is no change: no event, and the view keeps the kv
-    /// last reported, so the view is always exactly the replay of the
-    /// events.
-    fn apply_put(&mut self, host: String, kv: KeyValue, revision: Revision) {
-        match self.view.get(&host) {
-            None => {
-                self.view.insert(host.clone(), kv.clone());
-                self.out.event(Event::Up { host, kv, revision });
-            }
-            Some(old) if old.value == kv.value && old.lease == kv.lease => {}
-            Some(old) => {
-                let previous = old.clone();
-                self.view.insert(host.clone(), kv.clone());
-                self.out.event(Event::Updated {
-                    host,
+                } => Event::Up {
+                    host: self.host(&kv.key),
+                    kv,
+                    revision,
+                },
+                Change::Put {
+                    kv,
+                    previous: Some(previous),
+                    revision,
+                } => Event::Updated {
+                    host: self.host(&kv.key),
                     kv,
                     previous,
                     revision,
-                });
-            }
-        }
-    }
-
-    /// The host id of `key`, if it is one this watcher reports.
-    fn host_of(&mut self, key: &Key) -> Option<String> {
-        let tail = key.0.strip_prefix(self.config.prefix.0.as_slice())?;
-        let host = match std::str::from_utf8(tail) {
-            Ok(h) if validate_host_id(h).is_ok() => h.to_string(),
-            _ => {
-                self.out.event(Event::Ignored {
-                    key: key.clone(),
+                },
+                Change::Deleted {
+                    key,
+                    last_seen,
+                    revision,
+                } => Event::Down {
+                    host: self.host(&key),
+                    last_seen,
+                    revision,
+                },
+                Change::Synced { revision } => Event::Synced { revision },
+                Change::Resynced { reason, revision } => Event::Resynced { reason, revision },
+                Change::Ignored { key } => Event::Ignored {
+                    key,
                     reason: IgnoreReason::NotAHostId,
-                });
-                return None;
-            }
-        };
-        if self.config.exclude_host.as_deref() == Some(host.as_str()) {
-            return None;
+                },
+                Change::Retrying(retry) => Event::Retrying(retry),
+                Change::StartFailed { reason } => Event::StartFailed { reason },
+                Change::Closed => Event::Closed,
+            };
+            self.out.event(event);
         }
-        Some(host)
+    }
+}
+
+impl Machine for Watcher {
+    type Input = Input;
+    type Event = Event;
+    type Error = UsageError;
+
+    fn timeout_input() -> Input {
+        Input::Timeout
     }
 
-    fn on_message(
-        &mut self,
-        now: Instant,
-        stream_op: OpId,
-        kind: MessageKind,
-        events: Vec<WatchEvent>,
-        header: Revision,
-    ) {
-        let stream = match self.state {
-            State::Watching { stream, .. } if stream == stream_op => stream,
-            _ => return,
-        };
-        // Any message proves the stream alive.
-        self.state = State::Watching {
-            stream,
-            probe: Probe::Quiet {
-                at: now + self.config.probe_interval,
-            },
-        };
-        for ev in events {
-            let rev = ev.revision();
-            if rev <= self.revision {
-                // Already reflected (a replay after a resume).
-                continue;
-            }
-            match ev {
-                WatchEvent::Put { kv, .. } => {
-                    if let Some(host) = self.host_of(&kv.key) {
-                        self.apply_put(host, kv, rev);
-                    }
-                }
-                WatchEvent::Delete { key, prev, .. } => {
-                    if let Some(host) = self.host_of(&key) {
-                        if let Some(seen) = self.view.remove(&host) {
-                            self.out.event(Event::Down {
-                                host,
-                                last_seen: prev.unwrap_or(seen),
-                                revision: rev,
-                            });
-                        }
-                    }
-                }
-            }
-            self.revision = rev;
-        }
-        // Only a progress notification promises that nothing up to its
-        // revision is still to come.
-        if kind == MessageKind::Progress && header > self.revision {
-            self.revision = header;
-        }
-        self.backoff.reset();
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+        Watcher::handle(self, now, input)
     }
 
-    fn on_closed(&mut self, now: Instant, stream_op: OpId, failure: Failure) {
-        match self.state {
-            State::Watching { stream, .. } if stream == stream_op => {}
-            _ => return,
-        }
-        self.out.cmd(Command::CancelWatch { stream: stream_op });
-        match failure {
-            Failure::Compacted(rev) => {
-                self.list(now, ListReason::Resync(Revision(rev)));
-            }
-            other => self.retry(now, other.class(), Then::Resume),
-        }
+    fn poll(&mut self) -> Option<Output> {
+        Watcher::poll(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Watcher::poll_timeout(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        Watcher::is_closed(self)
     }
 }
 

@@ -1,5 +1,8 @@
 use super::*;
-use crate::ids::LeaseId;
+use crate::ids::{LeaseId, OpId};
+use crate::io::{Get, Listing, MessageKind, RangeRequest};
+use crate::kv::WatchEvent;
+use crate::outcome::{Failure, Outcome};
 
 const PREFIX: &[u8] = b"/coord/hosts/";
 
@@ -45,13 +48,13 @@ fn ev(e: Event) -> Output {
 fn listed(m: &mut Watcher, now: u64, op: u64, kvs: Vec<KeyValue>, rev: i64) {
     m.handle(
         t(now),
-        Input::Listed {
+        Input::Io(Completion::Listed {
             op: OpId(op),
             outcome: Outcome::Ok(Listing {
                 kvs,
                 revision: Revision(rev),
             }),
-        },
+        }),
     )
     .unwrap();
 }
@@ -66,12 +69,12 @@ fn message(
 ) {
     m.handle(
         t(now),
-        Input::WatchMessage {
+        Input::Io(Completion::WatchMessage {
             stream: OpId(stream),
             kind,
             events,
             revision: Revision(rev),
-        },
+        }),
     )
     .unwrap();
 }
@@ -83,15 +86,18 @@ fn put(kv: KeyValue, prev: Option<KeyValue>) -> WatchEvent {
 fn range(op: u64) -> Output {
     cmd(Command::Range {
         op: OpId(op),
-        prefix: Key(PREFIX.to_vec()),
-        consistency: Consistency::Linearizable,
+        request: RangeRequest {
+            get: Get::prefix(Key(PREFIX.to_vec())),
+            consistency: Consistency::Linearizable,
+        },
     })
 }
 
 fn watch(op: u64, from: i64) -> Output {
     cmd(Command::Watch {
         op: OpId(op),
-        prefix: Key(PREFIX.to_vec()),
+        key: Key(PREFIX.to_vec()),
+        prefix: true,
         start_revision: Revision(from),
     })
 }
@@ -154,8 +160,8 @@ fn watching() -> Watcher {
     m
 }
 
-fn hosts(m: &Watcher) -> Vec<&str> {
-    m.view().keys().map(String::as_str).collect()
+fn hosts(m: &Watcher) -> Vec<String> {
+    m.view().into_keys().collect()
 }
 
 #[test]
@@ -260,16 +266,22 @@ fn a_broken_stream_resumes_from_the_last_revision_and_skips_replays() {
     let _ = drain(&mut m);
     m.handle(
         t(6),
-        Input::WatchClosed {
+        Input::Io(Completion::WatchClosed {
             stream: OpId(2),
             failure: Failure::StreamClosed("h2 error".into()),
-        },
+        }),
     )
     .unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::CancelWatch { stream: OpId(2) })]
-    );
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
+    assert!(matches!(
+        &out[1..],
+        [Output::Event(Event::Retrying(Retry {
+            attempt: 1,
+            failure: Some(AttemptFailure::Etcd(Failure::StreamClosed(_))),
+            ..
+        }))]
+    ));
     assert!(!m.is_watching());
     let at = m.poll_timeout().unwrap();
     assert!(at <= t(106), "{at}");
@@ -311,10 +323,10 @@ fn compaction_relists_and_emits_the_difference() {
     let mut m = watching();
     m.handle(
         t(5),
-        Input::WatchClosed {
+        Input::Io(Completion::WatchClosed {
             stream: OpId(2),
             failure: Failure::Compacted(40),
-        },
+        }),
     )
     .unwrap();
     assert_eq!(
@@ -377,10 +389,16 @@ fn a_silent_stream_is_probed_and_replaced() {
     let _ = drain(&mut m);
     // No answer within the request timeout: broken.
     m.handle(t(22_010), Input::Timeout).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::CancelWatch { stream: OpId(2) })]
-    );
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
+    assert!(matches!(
+        &out[1..],
+        [Output::Event(Event::Retrying(Retry {
+            attempt: 1,
+            failure: Some(AttemptFailure::Timeout),
+            ..
+        }))]
+    ));
     let at = m.poll_timeout().unwrap();
     m.handle(at, Input::Timeout).unwrap();
     assert_eq!(drain(&mut m), vec![watch(3, 26)]);
@@ -405,10 +423,16 @@ fn an_unconfirmed_watch_creation_is_retried() {
     let _ = drain(&mut m);
     assert_eq!(m.poll_timeout(), Some(t(2001)));
     m.handle(t(2001), Input::Timeout).unwrap();
-    assert_eq!(
-        drain(&mut m),
-        vec![cmd(Command::CancelWatch { stream: OpId(2) })]
-    );
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
+    assert!(matches!(
+        &out[1..],
+        [Output::Event(Event::Retrying(Retry {
+            attempt: 1,
+            failure: Some(AttemptFailure::Timeout),
+            ..
+        }))]
+    ));
 }
 
 #[test]
@@ -418,17 +442,17 @@ fn initial_range_failure_fails_fast_or_retries() {
     let _ = drain(&mut m);
     m.handle(
         t(1),
-        Input::Listed {
+        Input::Io(Completion::Listed {
             op: OpId(1),
             outcome: Outcome::Err(Failure::Unavailable("refused".into())),
-        },
+        }),
     )
     .unwrap();
     assert_eq!(
         drain(&mut m),
         vec![
             ev(Event::StartFailed {
-                failure: Some(Failure::Unavailable("refused".into()))
+                reason: AttemptFailure::Etcd(Failure::Unavailable("refused".into()))
             }),
             ev(Event::Closed)
         ]
@@ -440,7 +464,17 @@ fn initial_range_failure_fails_fast_or_retries() {
     m.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut m);
     m.handle(t(2000), Input::Timeout).unwrap();
-    assert_eq!(drain(&mut m), vec![cmd(Command::Abandon { op: OpId(1) })]);
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(1) }));
+    // A failing first snapshot is never silent: it says it retries.
+    assert!(matches!(
+        &out[1..],
+        [Output::Event(Event::Retrying(Retry {
+            attempt: 1,
+            failure: Some(AttemptFailure::Timeout),
+            ..
+        }))]
+    ));
     let at = m.poll_timeout().unwrap();
     m.handle(at, Input::Timeout).unwrap();
     assert_eq!(drain(&mut m), vec![range(2)]);
@@ -460,10 +494,10 @@ fn a_stale_range_never_moves_revisions_back() {
     let _ = drain(&mut m);
     m.handle(
         t(6),
-        Input::WatchClosed {
+        Input::Io(Completion::WatchClosed {
             stream: OpId(2),
             failure: Failure::Compacted(15),
-        },
+        }),
     )
     .unwrap();
     let _ = drain(&mut m);
@@ -549,6 +583,34 @@ fn an_identical_re_put_changes_neither_events_nor_view() {
         30,
     );
     assert!(drain(&mut m).is_empty());
-    assert_eq!(m.view(), &before);
+    assert_eq!(m.view(), before);
     assert_eq!(m.revision(), Revision(30));
+}
+
+#[test]
+fn a_delete_whose_prev_kv_names_another_key_still_downs_the_deleted_host() {
+    // Found by the watcher fuzz smoke after the watcher moved onto the
+    // mirror: the host of a Down was taken from the prev kv's key.
+    let mut m = watching();
+    message(
+        &mut m,
+        5,
+        2,
+        MessageKind::Events,
+        vec![WatchEvent::Delete {
+            key: key("a"),
+            revision: Revision(11),
+            prev: Some(kv("b", "B", 4, 8)),
+        }],
+        11,
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Down {
+            host: "a".into(),
+            last_seen: kv("a", "A", 3, 7),
+            revision: Revision(11)
+        })]
+    );
+    assert_eq!(hosts(&m), vec!["b"]);
 }

@@ -4,9 +4,11 @@
 
 use std::future::Future;
 
+use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::kv::WatchEvent;
-use coord_core::watcher::{Consistency, Listing, MessageKind};
 use coord_core::{Failure, LeaseId, Outcome, Revision};
+
+pub use coord_core::io::Granted;
 
 /// How an etcd request failed, classified for the state machines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,16 +68,6 @@ pub fn outcome<T>(r: Result<T, EtcdError>) -> Outcome<T> {
     }
 }
 
-/// A lease grant: the id and the TTL etcd actually granted (seconds; may
-/// exceed the TTL asked for).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Granted {
-    /// The new lease.
-    pub lease: LeaseId,
-    /// TTL granted, seconds.
-    pub ttl_secs: i64,
-}
-
 /// The etcd operations coord needs. Implementations must be cheap to clone
 /// (each request runs on its own task with its own clone) and must never
 /// panic on anything the server sends.
@@ -89,19 +81,24 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
     /// Receives an open watch stream's messages.
     type WatchEvents: WatchEvents;
 
-    /// Every key-value under `prefix`, and the revision read at.
+    /// The key-values `request` selects (in the order it asks for), and the
+    /// revision read at.
     fn range(
         &self,
-        prefix: Vec<u8>,
-        consistency: Consistency,
+        request: RangeRequest,
     ) -> impl Future<Output = Result<Listing, EtcdError>> + Send;
 
-    /// Watches every key under `prefix` from `start_revision`, with prev kv.
-    /// The first message is `Created`; a compacted start revision ends the
-    /// stream with `EtcdError::Compacted`.
+    /// Runs a transaction (compares, then one branch, atomically).
+    fn txn(&self, txn: Txn) -> impl Future<Output = Result<TxnResponse, EtcdError>> + Send;
+
+    /// Watches `key` (every key under it, with `prefix`) from
+    /// `start_revision`, with prev kv. The first message is `Created`; a
+    /// compacted start revision ends the stream with
+    /// `EtcdError::Compacted`.
     fn watch(
         &self,
-        prefix: Vec<u8>,
+        key: Vec<u8>,
+        prefix: bool,
         start_revision: Revision,
     ) -> impl Future<Output = Result<(Self::WatchControl, Self::WatchEvents), EtcdError>> + Send;
 
@@ -111,16 +108,6 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
 
     /// Revokes a lease, deleting every key attached to it.
     fn lease_revoke(&self, lease: LeaseId) -> impl Future<Output = Result<(), EtcdError>> + Send;
-
-    /// Makes `key` hold `value` attached to `lease`, in one transaction that
-    /// writes nothing when the key already has exactly that value and
-    /// lease (so an intact key produces no watch event).
-    fn put_if_changed(
-        &self,
-        key: Vec<u8>,
-        value: Vec<u8>,
-        lease: LeaseId,
-    ) -> impl Future<Output = Result<(), EtcdError>> + Send;
 
     /// Opens a keep-alive stream for `lease` and sends one keep-alive; its
     /// reply (with the remaining TTL) is the first thing `Replies` yields.

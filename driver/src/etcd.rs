@@ -1,11 +1,12 @@
 //! `EtcdApi` on the real `etcd-client` (not built under the simulator).
 
-use coord_core::kv::{KeyValue, WatchEvent};
-use coord_core::watcher::{Consistency, Listing, MessageKind};
-use coord_core::{Key, LeaseId, Revision};
-use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
+use coord_core::io::{
+    Compare, CompareOp, CompareTarget, Consistency, Get, Listing, MessageKind, RangeRequest, Sort,
+    Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
+use coord_core::kv::{KeyValue, WatchEvent};
+use coord_core::{Key, LeaseId, Revision};
+use etcd_client::{Client, EventType, GetOptions, PutOptions, SortOrder, SortTarget, WatchOptions};
 use tonic::Code;
 
 use crate::api::{
@@ -155,18 +156,102 @@ impl WatchEvents for WatchResponses {
     }
 }
 
+fn get_options(get: &Get) -> GetOptions {
+    let mut opts = GetOptions::new();
+    if get.prefix {
+        opts = opts.with_prefix();
+    }
+    opts = match get.sort {
+        Sort::Key => opts,
+        Sort::CreateAscending => opts.with_sort(SortTarget::Create, SortOrder::Ascend),
+        Sort::CreateDescending => opts.with_sort(SortTarget::Create, SortOrder::Descend),
+    };
+    if get.limit > 0 {
+        opts = opts.with_limit(i64::from(get.limit));
+    }
+    opts
+}
+
+fn compare(c: Compare) -> etcd_client::Compare {
+    use etcd_client::CompareOp as Op;
+    let op = match c.op {
+        CompareOp::Equal => Op::Equal,
+        CompareOp::NotEqual => Op::NotEqual,
+        CompareOp::Less => Op::Less,
+        CompareOp::Greater => Op::Greater,
+    };
+    let key = c.key.0;
+    let cmp = match c.target {
+        CompareTarget::CreateRevision(r) => etcd_client::Compare::create_revision(key, op, r.0),
+        CompareTarget::ModRevision(r) => etcd_client::Compare::mod_revision(key, op, r.0),
+        CompareTarget::Version(v) => etcd_client::Compare::version(key, op, v),
+        CompareTarget::Value(v) => etcd_client::Compare::value(key, op, v),
+        CompareTarget::Lease(l) => etcd_client::Compare::lease(key, op, l.0),
+    };
+    if c.prefix {
+        cmp.with_prefix()
+    } else {
+        cmp
+    }
+}
+
+fn txn_op(op: TxnOp) -> etcd_client::TxnOp {
+    match op {
+        TxnOp::Put { key, value, lease } => {
+            let opts = (lease.0 != 0).then(|| PutOptions::new().with_lease(lease.0));
+            etcd_client::TxnOp::put(key.0, value, opts)
+        }
+        TxnOp::Delete { key } => etcd_client::TxnOp::delete(key.0, None),
+        TxnOp::Get(get) => {
+            let opts = get_options(&get);
+            etcd_client::TxnOp::get(get.key.0, Some(opts))
+        }
+        TxnOp::Txn(txn) => etcd_client::TxnOp::txn(etcd_txn(*txn)),
+    }
+}
+
+fn etcd_txn(txn: Txn) -> etcd_client::Txn {
+    etcd_client::Txn::new()
+        .when(txn.compares.into_iter().map(compare).collect::<Vec<_>>())
+        .and_then(txn.success.into_iter().map(txn_op).collect::<Vec<_>>())
+        .or_else(txn.failure.into_iter().map(txn_op).collect::<Vec<_>>())
+}
+
+/// A transaction's response; nested responses carry the outer revision.
+fn txn_response(resp: &etcd_client::TxnResponse, revision: Revision) -> TxnResponse {
+    let responses = resp
+        .op_responses()
+        .iter()
+        .map(|r| match r {
+            etcd_client::TxnOpResponse::Put(_) => TxnOpResponse::Put,
+            etcd_client::TxnOpResponse::Delete(d) => TxnOpResponse::Delete {
+                deleted: d.deleted(),
+            },
+            etcd_client::TxnOpResponse::Get(g) => {
+                TxnOpResponse::Get(g.kvs().iter().map(key_value).collect())
+            }
+            etcd_client::TxnOpResponse::Txn(t) => TxnOpResponse::Txn(txn_response(t, revision)),
+        })
+        .collect();
+    TxnResponse {
+        succeeded: resp.succeeded(),
+        revision,
+        responses,
+    }
+}
+
 impl EtcdApi for Client {
     type Keeper = Keeper;
     type Replies = Replies;
     type WatchControl = Watching;
     type WatchEvents = WatchResponses;
 
-    async fn range(&self, prefix: Vec<u8>, consistency: Consistency) -> Result<Listing, EtcdError> {
-        let mut opts = GetOptions::new().with_prefix();
-        if consistency == Consistency::Serializable {
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        let mut opts = get_options(&request.get);
+        if request.consistency == Consistency::Serializable {
             opts = opts.with_serializable();
         }
-        let resp = Client::get(&mut self.clone(), prefix, Some(opts))
+        let resp = Client::get(&mut self.clone(), request.get.key.0, Some(opts))
             .await
             .map_err(classify)?;
         Ok(Listing {
@@ -175,17 +260,27 @@ impl EtcdApi for Client {
         })
     }
 
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        let resp = Client::txn(&mut self.clone(), etcd_txn(txn))
+            .await
+            .map_err(classify)?;
+        Ok(txn_response(&resp, header_revision(resp.header())))
+    }
+
     async fn watch(
         &self,
-        prefix: Vec<u8>,
+        key: Vec<u8>,
+        prefix: bool,
         start_revision: Revision,
     ) -> Result<(Watching, WatchResponses), EtcdError> {
-        let opts = WatchOptions::new()
-            .with_prefix()
+        let mut opts = WatchOptions::new()
             .with_start_revision(start_revision.0)
             .with_prev_key()
             .with_progress_notify();
-        let stream = Client::watch(&mut self.clone(), prefix, Some(opts))
+        if prefix {
+            opts = opts.with_prefix();
+        }
+        let stream = Client::watch(&mut self.clone(), key, Some(opts))
             .await
             .map_err(classify)?;
         let (requests, responses) = stream.split();
@@ -204,28 +299,6 @@ impl EtcdApi for Client {
 
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
         Client::lease_revoke(&mut self.clone(), lease.0)
-            .await
-            .map(|_| ())
-            .map_err(classify)
-    }
-
-    async fn put_if_changed(
-        &self,
-        key: Vec<u8>,
-        value: Vec<u8>,
-        lease: LeaseId,
-    ) -> Result<(), EtcdError> {
-        let txn = Txn::new()
-            .when(vec![
-                Compare::lease(key.clone(), CompareOp::Equal, lease.0),
-                Compare::value(key.clone(), CompareOp::Equal, value.clone()),
-            ])
-            .or_else(vec![TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(lease.0)),
-            )]);
-        Client::txn(&mut self.clone(), txn)
             .await
             .map(|_| ())
             .map_err(classify)

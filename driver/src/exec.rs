@@ -1,19 +1,25 @@
-//! What every handle's run loop shares: request tasks tagged by `OpId`,
-//! and sleeping until the machine's next deadline.
+//! The one executor of the core's etcd commands: each request runs on a
+//! task of its own tagged with its `OpId`, each stream is owned by a task
+//! whose reader forwards everything at once, and every answer comes back as
+//! a [`Completion`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
 
-use coord_core::{OpId, Outcome};
+use coord_core::io::{Command, Completion};
+use coord_core::{Failure, LeaseId, OpId, Revision};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use crate::api::{outcome, EtcdApi, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents};
 
 /// In-flight request or stream tasks, by the op that started them.
 #[derive(Debug, Default)]
-pub(crate) struct Tasks(BTreeMap<OpId, JoinHandle<()>>);
+struct Tasks(BTreeMap<OpId, JoinHandle<()>>);
 
 impl Tasks {
     /// Runs `task` in the background as `op`.
-    pub(crate) fn spawn<F>(&mut self, op: OpId, task: F)
+    fn spawn<F>(&mut self, op: OpId, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -21,19 +27,19 @@ impl Tasks {
     }
 
     /// `op` finished by itself: forget it.
-    pub(crate) fn finished(&mut self, op: OpId) {
+    fn finished(&mut self, op: OpId) {
         self.0.remove(&op);
     }
 
     /// Stops `op` (dropping its request or stream).
-    pub(crate) fn abort(&mut self, op: OpId) {
+    fn abort(&mut self, op: OpId) {
         if let Some(task) = self.0.remove(&op) {
             task.abort();
         }
     }
 
     /// Stops everything.
-    pub(crate) fn abort_all(&mut self) {
+    fn abort_all(&mut self) {
         for (_, task) in std::mem::take(&mut self.0) {
             task.abort();
         }
@@ -48,7 +54,7 @@ impl Drop for Tasks {
 
 /// A task that is aborted when this guard is dropped.
 #[derive(Debug)]
-pub(crate) struct AbortOnDrop(JoinHandle<()>);
+struct AbortOnDrop(JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
@@ -59,7 +65,7 @@ impl Drop for AbortOnDrop {
 /// Runs a stream's reading loop in a task of its own, for as long as the
 /// returned guard lives. Reads are never cancelled half-way (as a `select!`
 /// against other work would do), so no `EtcdApi` needs cancel-safe reads.
-pub(crate) fn spawn_reader<F>(reader: F) -> AbortOnDrop
+fn spawn_reader<F>(reader: F) -> AbortOnDrop
 where
     F: Future<Output = ()> + Send + 'static,
 {
@@ -74,11 +80,286 @@ pub(crate) async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// Maps the value of an `Outcome`.
-pub(crate) fn map_outcome<T, U>(o: Outcome<T>, f: impl FnOnce(T) -> U) -> Outcome<U> {
-    match o {
-        Outcome::Ok(v) => Outcome::Ok(f(v)),
-        Outcome::Err(e) => Outcome::Err(e),
-        Outcome::Unknown => Outcome::Unknown,
+/// What the run loop asks of a watch stream's task.
+enum Control {
+    Progress,
+    Cancel,
+}
+
+/// A watch message on its way to the machine.
+pub(crate) type WatchDelivery = (OpId, crate::api::WatchMessage);
+
+/// Executes commands against `A`. Completions (and keep-alive replies, and
+/// stream ends) go to one unbounded channel; watch messages to a channel of
+/// one, so a run loop that stops reading it stops the streams from being
+/// read (backpressure through HTTP/2 flow control).
+pub(crate) struct Executor<A: EtcdApi> {
+    api: A,
+    done: mpsc::UnboundedSender<Completion>,
+    watched: mpsc::Sender<WatchDelivery>,
+    requests: Tasks,
+    streams: Tasks,
+    keep_alives: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
+    watches: BTreeMap<OpId, mpsc::UnboundedSender<Control>>,
+}
+
+impl<A: EtcdApi> Executor<A> {
+    pub(crate) fn new(
+        api: A,
+        done: mpsc::UnboundedSender<Completion>,
+        watched: mpsc::Sender<WatchDelivery>,
+    ) -> Self {
+        Executor {
+            api,
+            done,
+            watched,
+            requests: Tasks::default(),
+            streams: Tasks::default(),
+            keep_alives: BTreeMap::new(),
+            watches: BTreeMap::new(),
+        }
+    }
+
+    /// Bookkeeping for a completion about to be handed to the machine: a
+    /// request or stream that ended by itself is forgotten.
+    pub(crate) fn arrived(&mut self, c: &Completion) {
+        match c {
+            Completion::Granted { op, .. }
+            | Completion::Revoked { op, .. }
+            | Completion::Listed { op, .. }
+            | Completion::Txn { op, .. } => self.requests.finished(*op),
+            Completion::KeepAliveClosed { stream, .. } => {
+                self.streams.finished(*stream);
+                self.keep_alives.remove(stream);
+            }
+            Completion::WatchClosed { stream, .. } => {
+                self.streams.finished(*stream);
+                self.watches.remove(stream);
+            }
+            Completion::KeepAliveReply { .. } | Completion::WatchMessage { .. } => {}
+        }
+    }
+
+    /// Stops every request and stream.
+    pub(crate) fn abort_all(&mut self) {
+        self.requests.abort_all();
+        self.streams.abort_all();
+        self.keep_alives.clear();
+        self.watches.clear();
+    }
+
+    pub(crate) fn execute(&mut self, command: Command) {
+        match command {
+            Command::Grant { op, ttl_secs } => {
+                let api = self.api.clone();
+                self.request(op, async move {
+                    let outcome = outcome(api.lease_grant(ttl_secs).await);
+                    Completion::Granted { op, outcome }
+                });
+            }
+            Command::Revoke { op, lease } => {
+                let api = self.api.clone();
+                self.request(op, async move {
+                    let outcome = outcome(api.lease_revoke(lease).await);
+                    Completion::Revoked { op, outcome }
+                });
+            }
+            Command::Range { op, request } => {
+                let api = self.api.clone();
+                self.request(op, async move {
+                    let outcome = outcome(api.range(request).await);
+                    Completion::Listed { op, outcome }
+                });
+            }
+            Command::Txn { op, txn } => {
+                let api = self.api.clone();
+                self.request(op, async move {
+                    let outcome = outcome(api.txn(txn).await);
+                    Completion::Txn { op, outcome }
+                });
+            }
+            Command::OpenKeepAlive { op, lease } => {
+                let (sends, sends_rx) = mpsc::unbounded_channel();
+                let task =
+                    keep_alive_stream(self.api.clone(), op, lease, self.done.clone(), sends_rx);
+                self.streams.spawn(op, task);
+                self.keep_alives.insert(op, sends);
+            }
+            Command::SendKeepAlive { stream, .. } => {
+                if let Some(sends) = self.keep_alives.get(&stream) {
+                    let _ = sends.send(());
+                }
+            }
+            Command::CloseKeepAlive { stream } => {
+                self.streams.abort(stream);
+                self.keep_alives.remove(&stream);
+            }
+            Command::Watch {
+                op,
+                key,
+                prefix,
+                start_revision,
+            } => {
+                let (control, control_rx) = mpsc::unbounded_channel();
+                self.watches.insert(op, control);
+                let stream = WatchStream {
+                    op,
+                    key: key.0,
+                    prefix,
+                    start: start_revision,
+                };
+                let task = stream.run(
+                    self.api.clone(),
+                    self.done.clone(),
+                    self.watched.clone(),
+                    control_rx,
+                );
+                self.streams.spawn(op, task);
+            }
+            Command::RequestProgress { stream } => {
+                if let Some(control) = self.watches.get(&stream) {
+                    let _ = control.send(Control::Progress);
+                }
+            }
+            Command::CancelWatch { stream } => match self.watches.remove(&stream) {
+                // The task cancels the watch on the server and ends.
+                Some(control) if control.send(Control::Cancel).is_ok() => {
+                    self.streams.finished(stream);
+                }
+                _ => self.streams.abort(stream),
+            },
+            Command::Abandon { op } => self.requests.abort(op),
+        }
+    }
+
+    fn request<F>(&mut self, op: OpId, request: F)
+    where
+        F: Future<Output = Completion> + Send + 'static,
+    {
+        let done = self.done.clone();
+        self.requests.spawn(op, async move {
+            let _ = done.send(request.await);
+        });
+    }
+}
+
+/// Owns one keep-alive stream: opens it, sends a keep-alive whenever the
+/// run loop asks, and (in a reader task of its own) forwards every reply at
+/// once, so replies are always drained whatever the user does.
+async fn keep_alive_stream<A: EtcdApi>(
+    api: A,
+    op: OpId,
+    lease: LeaseId,
+    done: mpsc::UnboundedSender<Completion>,
+    mut sends: mpsc::UnboundedReceiver<()>,
+) {
+    let closed = move |done: &mpsc::UnboundedSender<Completion>, failure: Failure| {
+        let _ = done.send(Completion::KeepAliveClosed {
+            stream: op,
+            failure,
+        });
+    };
+    let (mut keeper, mut replies) = match api.lease_keep_alive(lease).await {
+        Ok(pair) => pair,
+        Err(e) => return closed(&done, e.into_failure()),
+    };
+    let reader_done = done.clone();
+    let _reader = spawn_reader(async move {
+        loop {
+            match replies.next().await {
+                Some(Ok(ttl_secs)) => {
+                    let reply = Completion::KeepAliveReply {
+                        stream: op,
+                        ttl_secs,
+                    };
+                    if reader_done.send(reply).is_err() {
+                        return;
+                    }
+                }
+                Some(Err(e)) => return closed(&reader_done, e.into_failure()),
+                None => {
+                    let failure = Failure::StreamClosed("keep-alive stream ended".into());
+                    return closed(&reader_done, failure);
+                }
+            }
+        }
+    });
+    while let Some(()) = sends.recv().await {
+        if let Err(e) = keeper.send().await {
+            return closed(&done, e.into_failure());
+        }
+    }
+}
+
+/// One watch stream to open.
+struct WatchStream {
+    op: OpId,
+    key: Vec<u8>,
+    prefix: bool,
+    start: Revision,
+}
+
+impl WatchStream {
+    /// Owns the stream: opens it, forwards its messages from a reader task
+    /// of its own (which blocks when the run loop has no room: that is the
+    /// backpressure), and sends progress requests and the cancel when asked.
+    async fn run<A: EtcdApi>(
+        self,
+        api: A,
+        done: mpsc::UnboundedSender<Completion>,
+        messages: mpsc::Sender<WatchDelivery>,
+        mut control_rx: mpsc::UnboundedReceiver<Control>,
+    ) {
+        let op = self.op;
+        let closed = move |done: &mpsc::UnboundedSender<Completion>, failure: Failure| {
+            let _ = done.send(Completion::WatchClosed {
+                stream: op,
+                failure,
+            });
+        };
+        let (mut control, mut stream) = match api.watch(self.key, self.prefix, self.start).await {
+            Ok(pair) => pair,
+            Err(e) => return closed(&done, e.into_failure()),
+        };
+        let reader_done = done.clone();
+        let _reader = spawn_reader(async move {
+            loop {
+                match stream.next().await {
+                    Some(Ok(m)) => {
+                        if messages.send((op, m)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Err(e)) => return closed(&reader_done, e.into_failure()),
+                    None => {
+                        let failure = Failure::StreamClosed("watch stream ended".into());
+                        return closed(&reader_done, failure);
+                    }
+                }
+            }
+        });
+        while let Some(ask) = control_rx.recv().await {
+            match ask {
+                Control::Progress => {
+                    if let Err(e) = control.request_progress().await {
+                        return closed(&done, e.into_failure());
+                    }
+                }
+                Control::Cancel => {
+                    control.cancel().await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A delivered watch message as the machine's completion.
+pub(crate) fn watch_completion((stream, m): WatchDelivery) -> Completion {
+    Completion::WatchMessage {
+        stream,
+        kind: m.kind,
+        events: m.events,
+        revision: m.revision,
     }
 }

@@ -44,6 +44,7 @@ pub mod etcd;
 mod exec;
 pub mod liveness;
 pub mod metadata;
+mod runner;
 pub mod watcher;
 
 pub use api::{
@@ -53,9 +54,10 @@ pub use api::{
 #[cfg(not(madsim))]
 pub use connect::{connect, ConnectOptions};
 pub use coord_core::kv::KeyValue;
-pub use coord_core::liveness::{AttemptFailure, Event as LivenessEvent, LostReason, RevokeOutcome};
+pub use coord_core::liveness::{Event as LivenessEvent, LostReason, RevokeOutcome};
 pub use coord_core::watcher::ResyncReason;
 pub use coord_core::Revision;
+pub use coord_core::{AttemptFailure, Retry};
 pub use coord_core::{BackoffConfig, LeaseId};
 pub use error::Error;
 pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX};

@@ -1,27 +1,26 @@
 //! `HostLiveness`: registers a host under a TTL lease and keeps it there.
 //!
-//! A background task runs the core [`Liveness`] machine: it executes the
-//! machine's commands against etcd (each request on its own task, tagged
-//! with its `OpId`), always drains keep-alive replies, and sleeps until the
-//! machine's next deadline. Only this task reads the clock.
+//! A background task runs the core [`Liveness`] machine on the driver's one
+//! run loop: it executes the machine's commands against etcd (each request
+//! on its own task, tagged with its `OpId`), always drains keep-alive
+//! replies, and sleeps until the machine's next deadline. Only this task
+//! reads the clock.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use coord_core::liveness::{
-    Command, Event, Input, Liveness, LivenessConfig, LivenessState, Output, Reply, RevokeOutcome,
-    StartPolicy,
+    Event, Input, Liveness, LivenessConfig, LivenessState, RevokeOutcome, StartPolicy,
 };
-use coord_core::{BackoffConfig, Failure, Key, LeaseId, OpId, Outcome};
+use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-use crate::api::{outcome, EtcdApi, KeepAliveReplies, KeepAliveSender};
+use crate::api::EtcdApi;
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::exec::{map_outcome, sleep_until, spawn_reader, Tasks};
 use crate::metadata::{validate_host_id, HostMetadata, MAX_METADATA_LEN};
+use crate::runner::{run, Host};
 
 /// go-coord's default key prefix for hosts.
 pub const DEFAULT_PREFIX: &str = "/coord/hosts/";
@@ -81,9 +80,9 @@ pub enum LivenessStatus {
         attempt: u32,
     },
     /// `stop` is revoking the lease.
-    Stopping,
-    /// Stopped by `stop` or by a failed first registration.
-    Stopped {
+    Closing,
+    /// Closed by `stop` or by a failed first registration.
+    Closed {
         /// What happened to the lease.
         revoke: RevokeOutcome,
     },
@@ -92,26 +91,19 @@ pub enum LivenessStatus {
     Abandoned,
 }
 
-enum Request {
-    Stop,
-}
-
-enum Msg {
-    Completed { op: OpId, outcome: Outcome<Reply> },
-    Reply { stream: OpId, ttl_secs: i64 },
-    Closed { stream: OpId, failure: Failure },
-}
-
 /// A registered host. Dropping it without [`stop`](Self::stop) ends the
 /// keep-alive and leaves the lease to expire (an ungraceful stop: the key
 /// disappears within one TTL).
 #[derive(Debug)]
 pub struct HostLiveness {
     key: String,
-    requests: mpsc::UnboundedSender<Request>,
+    requests: mpsc::UnboundedSender<Stop>,
     status: watch::Receiver<LivenessStatus>,
     events: broadcast::Sender<Event>,
 }
+
+/// A request to stop (the only request a host's loop takes).
+struct Stop;
 
 impl HostLiveness {
     /// Registers `meta` at `<prefix><meta.host_uuid>` under a new lease and
@@ -173,8 +165,13 @@ impl HostLiveness {
         let (status_tx, status) = watch::channel(LivenessStatus::Registering);
         let (events, _) = broadcast::channel(64);
         let (ready_tx, ready_rx) = oneshot::channel();
-        let runner = Runner::new(client, machine, status_tx, events.clone(), ready_tx);
-        tokio::spawn(runner.run(requests_rx));
+        let host = LivenessHost {
+            status: status_tx,
+            events: events.clone(),
+            ready: Some(ready_tx),
+            first_failure: None,
+        };
+        tokio::spawn(run(client, machine, host, Clock::start(), requests_rx));
         let handle = HostLiveness {
             key,
             requests,
@@ -199,22 +196,17 @@ impl HostLiveness {
     /// Returns `RevokeNotConfirmed` if etcd could not confirm the revoke
     /// within the request timeout; the key then expires within one TTL.
     pub async fn stop(&self) -> Result<(), Error> {
-        let _ = self.requests.send(Request::Stop);
+        let _ = self.requests.send(Stop);
         let mut status = self.status.clone();
         let done = status
-            .wait_for(|s| {
-                matches!(
-                    s,
-                    LivenessStatus::Stopped { .. } | LivenessStatus::Abandoned
-                )
-            })
+            .wait_for(|s| matches!(s, LivenessStatus::Closed { .. } | LivenessStatus::Abandoned))
             .await
             .map(|s| s.clone());
         match done {
-            Ok(LivenessStatus::Stopped {
+            Ok(LivenessStatus::Closed {
                 revoke: RevokeOutcome::NotConfirmed(lease),
             }) => Err(Error::RevokeNotConfirmed { lease }),
-            Ok(LivenessStatus::Stopped { .. }) => Ok(()),
+            Ok(LivenessStatus::Closed { .. }) => Ok(()),
             _ => Err(Error::TaskGone),
         }
     }
@@ -267,108 +259,63 @@ pub(crate) fn default_seed(host_id: &str) -> u64 {
 
 type Ready = oneshot::Sender<Result<LeaseId, Error>>;
 
-struct Runner<A: EtcdApi> {
-    api: A,
-    machine: Liveness,
-    clock: Clock,
+/// The liveness loop's side of the handle: the state and events it
+/// publishes, and the answer `register` waits for.
+struct LivenessHost {
     status: watch::Sender<LivenessStatus>,
     events: broadcast::Sender<Event>,
     ready: Option<Ready>,
     first_failure: Option<Error>,
-    tx: mpsc::UnboundedSender<Msg>,
-    rx: mpsc::UnboundedReceiver<Msg>,
-    requests: Tasks,
-    streams: Tasks,
-    sends: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
 }
 
-impl<A: EtcdApi> Runner<A> {
-    fn new(
-        api: A,
-        machine: Liveness,
-        status: watch::Sender<LivenessStatus>,
-        events: broadcast::Sender<Event>,
-        ready: Ready,
-    ) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        Runner {
-            api,
-            machine,
-            clock: Clock::start(),
-            status,
-            events,
-            ready: Some(ready),
-            first_failure: None,
-            tx,
-            rx,
-            requests: Tasks::default(),
-            streams: Tasks::default(),
-            sends: BTreeMap::new(),
-        }
-    }
+impl Host<Liveness> for LivenessHost {
+    type Request = Stop;
 
-    async fn run(mut self, mut user: mpsc::UnboundedReceiver<Request>) {
-        let now = self.clock.now();
-        if let Err(e) = self.machine.handle(now, Input::Start) {
+    fn start(&mut self, now: Instant, machine: &mut Liveness) {
+        if let Err(e) = machine.handle(now, Input::Start) {
             warn!(error = %e, "liveness refused to start");
         }
-        loop {
-            self.drain();
-            if self.machine.is_stopped() {
-                break;
-            }
-            let deadline = self
-                .machine
-                .poll_timeout()
-                .map(|d| self.clock.to_runtime(d));
-            let input = tokio::select! {
-                biased;
-                Some(msg) = self.rx.recv() => match msg {
-                                        Msg::Completed { op, outcome } => {
-                        self.requests.finished(op);
-                        Input::Completed { op, outcome }
-                    }
-                    Msg::Reply { stream, ttl_secs } => Input::KeepAliveReply { stream, ttl_secs },
-                    Msg::Closed { stream, failure } => {
-                        self.streams.finished(stream);
-                        self.sends.remove(&stream);
-                        Input::KeepAliveClosed { stream, failure }
-                    }
-                },
-                req = user.recv() => match req {
-                    Some(Request::Stop) => Input::Stop,
-                    None => {
-                        // Every handle is gone: an ungraceful stop.
-                        debug!("liveness handle dropped; leaving the lease to expire");
-                        self.status.send_replace(LivenessStatus::Abandoned);
-                        break;
-                    }
-                },
-                () = sleep_until(deadline) => Input::Timeout,
-            };
-            let now = self.clock.now();
-            if let Err(e) = self.machine.handle(now, input) {
-                warn!(error = %e, "liveness input refused");
-            }
-        }
-        self.requests.abort_all();
-        self.streams.abort_all();
     }
 
-    fn drain(&mut self) {
-        while let Some(output) = self.machine.poll() {
-            match output {
-                Output::Command(c) => self.execute(c),
-                Output::Event(e) => self.publish(e),
+    fn request(&mut self, now: Instant, machine: &mut Liveness, Stop: Stop) {
+        if let Err(e) = machine.handle(now, Input::Close) {
+            warn!(error = %e, "liveness refused to stop");
+        }
+    }
+
+    fn publish(&mut self, _now: Instant, event: Event) {
+        match &event {
+            Event::Registered { lease, ttl } => info!(%lease, ?ttl, "host registered"),
+            Event::Lost { lease, reason } => warn!(%lease, %reason, "host registration lost"),
+            Event::KeepAliveInterrupted { lease, failure } => {
+                info!(%lease, %failure, "keep-alive stream interrupted; reopening")
+            }
+            Event::Retrying(retry) => {
+                debug!(attempt = retry.attempt, failure = ?retry.failure, "healing")
+            }
+            Event::Reregistered { lease, resumed } => info!(%lease, resumed, "host re-registered"),
+            Event::StartFailed { reason } => {
+                warn!(%reason, "first registration failed");
+                self.first_failure = Some(Error::from_first_attempt(reason.clone()));
+            }
+            Event::Closed { revoke } => {
+                info!(?revoke, "liveness stopped");
+                if let Some(ready) = self.ready.take() {
+                    let err = self.first_failure.take().unwrap_or(Error::TaskGone);
+                    let _ = ready.send(Err(err));
+                }
             }
         }
-        let status = match self.machine.state() {
+        let _ = self.events.send(event);
+    }
+
+    fn drained(&mut self, machine: &Liveness) {
+        let status = match machine.state() {
             LivenessState::Registering => LivenessStatus::Registering,
             LivenessState::Registered { lease } => LivenessStatus::Registered { lease },
             LivenessState::Healing { attempt } => LivenessStatus::Healing { attempt },
-            LivenessState::Stopping => LivenessStatus::Stopping,
-            // Set by the Stopped event, which carries the outcome.
-            LivenessState::Stopped => return,
+            LivenessState::Closing => LivenessStatus::Closing,
+            LivenessState::Closed { revoke } => LivenessStatus::Closed { revoke },
         };
         let registered = match status {
             LivenessStatus::Registered { lease } => Some(lease),
@@ -388,148 +335,9 @@ impl<A: EtcdApi> Runner<A> {
         }
     }
 
-    fn publish(&mut self, event: Event) {
-        match &event {
-            Event::Registered { lease, ttl } => info!(%lease, ?ttl, "host registered"),
-            Event::Lost { lease, reason } => warn!(%lease, %reason, "host registration lost"),
-            Event::KeepAliveInterrupted { lease, failure } => {
-                info!(%lease, %failure, "keep-alive stream interrupted; reopening")
-            }
-            Event::Healing {
-                attempt,
-                last_failure,
-                ..
-            } => debug!(attempt, ?last_failure, "healing"),
-            Event::Reregistered { lease, resumed } => info!(%lease, resumed, "host re-registered"),
-            Event::RegistrationFailed { reason } => {
-                warn!(%reason, "first registration failed");
-                self.first_failure = Some(Error::from_first_attempt(reason.clone()));
-            }
-            Event::Stopped { revoke } => {
-                info!(?revoke, "liveness stopped");
-                if let Some(ready) = self.ready.take() {
-                    let err = self.first_failure.take().unwrap_or(Error::TaskGone);
-                    let _ = ready.send(Err(err));
-                }
-                self.status.send_replace(LivenessStatus::Stopped {
-                    revoke: revoke.clone(),
-                });
-            }
-        }
-        let _ = self.events.send(event);
-    }
-
-    fn execute(&mut self, command: Command) {
-        match command {
-            Command::Grant { op, ttl_secs } => {
-                let api = self.api.clone();
-                self.spawn_request(op, async move {
-                    map_outcome(outcome(api.lease_grant(ttl_secs).await), |g| {
-                        Reply::Granted {
-                            lease: g.lease,
-                            ttl_secs: g.ttl_secs,
-                        }
-                    })
-                });
-            }
-            Command::PutKey {
-                op,
-                key,
-                value,
-                lease,
-            } => {
-                let api = self.api.clone();
-                self.spawn_request(op, async move {
-                    map_outcome(
-                        outcome(api.put_if_changed(key.0, value, lease).await),
-                        |()| Reply::Done,
-                    )
-                });
-            }
-            Command::Revoke { op, lease } => {
-                let api = self.api.clone();
-                self.spawn_request(op, async move {
-                    map_outcome(outcome(api.lease_revoke(lease).await), |()| Reply::Done)
-                });
-            }
-            Command::OpenKeepAlive { op, lease } => {
-                let (sends, sends_rx) = mpsc::unbounded_channel();
-                let task =
-                    keep_alive_stream(self.api.clone(), op, lease, self.tx.clone(), sends_rx);
-                self.streams.spawn(op, task);
-                self.sends.insert(op, sends);
-            }
-            Command::SendKeepAlive { stream, .. } => {
-                if let Some(sends) = self.sends.get(&stream) {
-                    let _ = sends.send(());
-                }
-            }
-            Command::CloseKeepAlive { stream } => {
-                self.streams.abort(stream);
-                self.sends.remove(&stream);
-            }
-            Command::Abandon { op } => self.requests.abort(op),
-        }
-    }
-
-    fn spawn_request<F>(&mut self, op: OpId, request: F)
-    where
-        F: std::future::Future<Output = Outcome<Reply>> + Send + 'static,
-    {
-        let tx = self.tx.clone();
-        self.requests.spawn(op, async move {
-            let outcome = request.await;
-            let _ = tx.send(Msg::Completed { op, outcome });
-        });
-    }
-}
-
-/// Owns one keep-alive stream: opens it, sends a keep-alive whenever the
-/// run loop asks, and (in a reader task of its own) forwards every reply at
-/// once, so replies are always drained whatever the user does.
-async fn keep_alive_stream<A: EtcdApi>(
-    api: A,
-    op: OpId,
-    lease: LeaseId,
-    tx: mpsc::UnboundedSender<Msg>,
-    mut sends: mpsc::UnboundedReceiver<()>,
-) {
-    let closed = move |tx: &mpsc::UnboundedSender<Msg>, failure: Failure| {
-        let _ = tx.send(Msg::Closed {
-            stream: op,
-            failure,
-        });
-    };
-    let (mut keeper, mut replies) = match api.lease_keep_alive(lease).await {
-        Ok(pair) => pair,
-        Err(e) => return closed(&tx, e.into_failure()),
-    };
-    let reader_tx = tx.clone();
-    let _reader = spawn_reader(async move {
-        loop {
-            match replies.next().await {
-                Some(Ok(ttl_secs)) => {
-                    if reader_tx
-                        .send(Msg::Reply {
-                            stream: op,
-                            ttl_secs,
-                        })
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                Some(Err(e)) => return closed(&reader_tx, e.into_failure()),
-                None => {
-                    let failure = Failure::StreamClosed("keep-alive stream ended".into());
-                    return closed(&reader_tx, failure);
-                }
-            }
-        }
-    });
-    while let Some(()) = sends.recv().await {
-        if let Err(e) = keeper.send().await {
-            return closed(&tx, e.into_failure());
-        }
+    fn orphaned(&mut self, _machine: &Liveness) {
+        // Every handle is gone: an ungraceful stop.
+        debug!("liveness handle dropped; leaving the lease to expire");
+        self.status.send_replace(LivenessStatus::Abandoned);
     }
 }

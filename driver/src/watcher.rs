@@ -9,26 +9,25 @@
 //! dropped and the view is always etcd's truth as of the newest revision
 //! processed (it may run ahead of the events not yet taken).
 
-use std::collections::BTreeMap;
-use std::marker::PhantomData;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use coord_core::kv::KeyValue;
 use coord_core::watcher::{
-    Command, Consistency, Event, Input, Output, ResyncReason, StartPolicy, Watcher, WatcherConfig,
+    Consistency, Event, Input, ResyncReason, StartPolicy, Watcher, WatcherConfig,
 };
-use coord_core::{BackoffConfig, Failure, Key, LeaseId, OpId, Revision};
+use coord_core::{AttemptFailure, BackoffConfig, Failure, Instant, Key, LeaseId, Revision};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, warn};
 
-use crate::api::{outcome, EtcdApi, WatchControl, WatchEvents, WatchMessage};
+use crate::api::EtcdApi;
 use crate::clock::Clock;
 use crate::error::Error;
-use crate::exec::{sleep_until, spawn_reader, Tasks};
 use crate::liveness::DEFAULT_PREFIX;
 use crate::metadata::HostMetadata;
+use crate::runner::{run, Host};
 
 /// Options of [`HostWatcher::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,21 +200,15 @@ where
         let (running_tx, running) = watch::channel(true);
         let (ready_tx, ready) = oneshot::channel();
         let view = Arc::new(Mutex::new(BTreeMap::new()));
-        let runner = Runner {
-            api: client,
-            machine,
-            clock: Clock::start(),
+        let host = WatcherHost {
             events: events_tx,
-            outbox: std::collections::VecDeque::new(),
+            outbox: VecDeque::new(),
             buffer,
             view: Arc::clone(&view),
             ready: Some(ready_tx),
-            requests: Tasks::default(),
-            streams: Tasks::default(),
-            controls: BTreeMap::new(),
-            _meta: PhantomData,
+            running: running_tx,
         };
-        tokio::spawn(runner.run(close_rx, running_tx));
+        tokio::spawn(run(client, machine, host, Clock::start(), close_rx));
         let handle = HostWatcher {
             events,
             view,
@@ -278,116 +271,35 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-enum Msg {
-    Listed {
-        op: OpId,
-        outcome: coord_core::Outcome<coord_core::watcher::Listing>,
-    },
-    Closed {
-        stream: OpId,
-        failure: Failure,
-    },
-}
-
-struct Runner<A: EtcdApi, M> {
-    api: A,
-    machine: Watcher,
-    clock: Clock,
+/// The watcher loop's side of the handle: the events not yet taken by the
+/// consumer, the view, and the answer `new` waits for.
+struct WatcherHost<M> {
     events: mpsc::Sender<HostEvent<M>>,
-    outbox: std::collections::VecDeque<HostEvent<M>>,
+    /// Events emitted but not yet handed to the consumer; while `buffer` of
+    /// them wait, etcd's streams are not read (backpressure).
+    outbox: VecDeque<HostEvent<M>>,
     buffer: usize,
     view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
     ready: Option<oneshot::Sender<Result<(), Error>>>,
-    requests: Tasks,
-    streams: Tasks,
-    controls: BTreeMap<OpId, mpsc::UnboundedSender<Control>>,
-    _meta: PhantomData<fn() -> M>,
+    running: watch::Sender<bool>,
 }
 
-/// What the run loop asks of a watch stream's task.
-enum Control {
-    Progress,
-    Cancel,
-}
+impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost<M> {
+    type Request = ();
 
-impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
-    async fn run(mut self, mut close: mpsc::UnboundedReceiver<()>, running: watch::Sender<bool>) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Msg>();
-        // Watch messages come through a channel of one: when the consumer
-        // lags, the stream task blocks and etcd's stream is not read.
-        let (watch_tx, mut watch_rx) = mpsc::channel::<(OpId, WatchMessage)>(1);
-        let now = self.clock.now();
-        if let Err(e) = self.machine.handle(now, Input::Start) {
+    fn start(&mut self, now: Instant, machine: &mut Watcher) {
+        if let Err(e) = machine.handle(now, Input::Start) {
             warn!(error = %e, "watcher refused to start");
         }
-        loop {
-            self.drain(&tx, &watch_tx);
-            if self.machine.is_closed() {
-                break;
-            }
-            let deadline = self
-                .machine
-                .poll_timeout()
-                .map(|d| self.clock.to_runtime(d));
-            let room = self.outbox.len() < self.buffer;
-            let input = tokio::select! {
-                biased;
-                req = close.recv() => {
-                    let _ = req;
-                    Input::Close
-                }
-                Some(msg) = rx.recv() => match msg {
-                    Msg::Listed { op, outcome } => {
-                        self.requests.finished(op);
-                        Input::Listed { op, outcome }
-                    }
-                                        Msg::Closed { stream, failure } => {
-                        debug!(%failure, "watch stream closed");
-                        self.streams.finished(stream);
-                        self.controls.remove(&stream);
-                        Input::WatchClosed { stream, failure }
-                    }
-                },
-                permit = self.events.reserve(), if !self.outbox.is_empty() => {
-                    match (permit, self.outbox.pop_front()) {
-                        (Ok(permit), Some(event)) => permit.send(event),
-                        // The consumer is gone: nobody to watch for.
-                        _ => self.outbox.clear(),
-                    }
-                    continue;
-                }
-                Some((stream, msg)) = watch_rx.recv(), if room => Input::WatchMessage {
-                    stream,
-                    kind: msg.kind,
-                    events: msg.events,
-                    revision: msg.revision,
-                },
-                () = sleep_until(deadline) => Input::Timeout,
-            };
-            let now = self.clock.now();
-            if let Err(e) = self.machine.handle(now, input) {
-                warn!(error = %e, "watcher input refused");
-            }
-        }
-        self.requests.abort_all();
-        self.streams.abort_all();
-        running.send_replace(false);
     }
 
-    fn drain(
-        &mut self,
-        tx: &mpsc::UnboundedSender<Msg>,
-        watch_tx: &mpsc::Sender<(OpId, WatchMessage)>,
-    ) {
-        while let Some(output) = self.machine.poll() {
-            match output {
-                Output::Command(c) => self.execute(c, tx, watch_tx),
-                Output::Event(e) => self.publish(e),
-            }
+    fn request(&mut self, now: Instant, machine: &mut Watcher, (): ()) {
+        if let Err(e) = machine.handle(now, Input::Close) {
+            warn!(error = %e, "watcher refused to close");
         }
     }
 
-    fn publish(&mut self, event: Event) {
+    fn publish(&mut self, _now: Instant, event: Event) {
         let out = match event {
             Event::Up { host, kv, revision } => {
                 let record = HostRecord::from_kv(&kv);
@@ -439,11 +351,18 @@ impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
                 debug!(%key, ?reason, "ignoring a key under the prefix");
                 return;
             }
-            Event::StartFailed { failure } => {
-                let err = match failure {
-                    None => Error::Unreachable("no answer before the request deadline".into()),
-                    Some(Failure::Unavailable(m)) => Error::Unreachable(m),
-                    Some(other) => Error::Watch(other),
+            Event::Retrying(retry) => {
+                debug!(attempt = retry.attempt, failure = ?retry.failure, "watcher retrying");
+                return;
+            }
+            Event::StartFailed { reason } => {
+                let err = match reason {
+                    AttemptFailure::Timeout => {
+                        Error::Unreachable("no answer before the request deadline".into())
+                    }
+                    AttemptFailure::Etcd(Failure::Unavailable(m)) => Error::Unreachable(m),
+                    AttemptFailure::Etcd(other) => Error::Watch(other),
+                    AttemptFailure::LeaseGone => Error::Watch(Failure::LeaseNotFound),
                 };
                 if let Some(ready) = self.ready.take() {
                     let _ = ready.send(Err(err));
@@ -455,110 +374,26 @@ impl<A: EtcdApi, M: DeserializeOwned + Clone + Send + 'static> Runner<A, M> {
         self.outbox.push_back(out);
     }
 
-    fn execute(
-        &mut self,
-        command: Command,
-        tx: &mpsc::UnboundedSender<Msg>,
-        watch_tx: &mpsc::Sender<(OpId, WatchMessage)>,
-    ) {
-        match command {
-            Command::Range {
-                op,
-                prefix,
-                consistency,
-            } => {
-                let api = self.api.clone();
-                let tx = tx.clone();
-                self.requests.spawn(op, async move {
-                    let outcome = outcome(api.range(prefix.0, consistency).await);
-                    let _ = tx.send(Msg::Listed { op, outcome });
-                });
-            }
-            Command::Watch {
-                op,
-                prefix,
-                start_revision,
-            } => {
-                let (control_tx, control_rx) = mpsc::unbounded_channel();
-                self.controls.insert(op, control_tx);
-                let task = watch_stream(
-                    self.api.clone(),
-                    op,
-                    prefix.0,
-                    start_revision,
-                    tx.clone(),
-                    watch_tx.clone(),
-                    control_rx,
-                );
-                self.streams.spawn(op, task);
-            }
-            Command::RequestProgress { stream } => {
-                if let Some(control) = self.controls.get(&stream) {
-                    let _ = control.send(Control::Progress);
-                }
-            }
-            Command::CancelWatch { stream } => match self.controls.remove(&stream) {
-                // The task cancels the watch on the server and ends.
-                Some(control) if control.send(Control::Cancel).is_ok() => {
-                    self.streams.finished(stream);
-                }
-                _ => self.streams.abort(stream),
-            },
-            Command::Abandon { op } => self.requests.abort(op),
-        }
+    fn ended(&mut self, _machine: &Watcher) {
+        self.running.send_replace(false);
     }
-}
 
-/// Owns one watch stream: opens it, forwards its messages from a reader
-/// task of its own (which blocks when the run loop has no room: that is the
-/// backpressure), and sends progress requests and the cancel when asked.
-async fn watch_stream<A: EtcdApi>(
-    api: A,
-    op: OpId,
-    prefix: Vec<u8>,
-    start: Revision,
-    tx: mpsc::UnboundedSender<Msg>,
-    messages: mpsc::Sender<(OpId, WatchMessage)>,
-    mut control_rx: mpsc::UnboundedReceiver<Control>,
-) {
-    let closed = move |tx: &mpsc::UnboundedSender<Msg>, failure: Failure| {
-        let _ = tx.send(Msg::Closed {
-            stream: op,
-            failure,
-        });
-    };
-    let (mut control, mut stream) = match api.watch(prefix, start).await {
-        Ok(pair) => pair,
-        Err(e) => return closed(&tx, e.into_failure()),
-    };
-    let reader_tx = tx.clone();
-    let _reader = spawn_reader(async move {
-        loop {
-            match stream.next().await {
-                Some(Ok(m)) => {
-                    if messages.send((op, m)).await.is_err() {
-                        return;
-                    }
-                }
-                Some(Err(e)) => return closed(&reader_tx, e.into_failure()),
-                None => {
-                    let failure = Failure::StreamClosed("watch stream ended".into());
-                    return closed(&reader_tx, failure);
-                }
-            }
+    fn room(&self) -> bool {
+        self.outbox.len() < self.buffer
+    }
+
+    async fn deliver(&mut self) {
+        if self.outbox.is_empty() {
+            return std::future::pending().await;
         }
-    });
-    while let Some(ask) = control_rx.recv().await {
-        match ask {
-            Control::Progress => {
-                if let Err(e) = control.request_progress().await {
-                    return closed(&tx, e.into_failure());
+        match self.events.reserve().await {
+            Ok(permit) => {
+                if let Some(event) = self.outbox.pop_front() {
+                    permit.send(event);
                 }
             }
-            Control::Cancel => {
-                control.cancel().await;
-                return;
-            }
+            // The consumer is gone: nobody to watch for.
+            Err(_) => self.outbox.clear(),
         }
     }
 }

@@ -4,10 +4,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
+use coord_core::io::{Command, Completion, Granted, TxnResponse};
 use coord_core::liveness::{
-    Command, Event, Input, Liveness, LivenessConfig, LivenessState, Output, Reply, StartPolicy,
+    Event, Input, Liveness, LivenessConfig, LivenessState, Output, StartPolicy,
 };
-use coord_core::{Failure, Instant, Key, LeaseId, OpId, Outcome};
+use coord_core::{Failure, Instant, Key, LeaseId, OpId, Outcome, Revision};
 
 /// A failure, without free text (so every step decodes from a few bytes).
 #[derive(Debug, Clone, Copy, Arbitrary)]
@@ -75,18 +76,68 @@ enum Step {
         op: u16,
         outcome: FuzzOutcome,
     },
+    /// A completion of the wrong kind for the `which`-th op (a driver
+    /// bug): it must be ignored.
+    WrongKind {
+        which: u8,
+        outcome: FuzzOutcome,
+    },
+}
+
+/// What kind of request an op was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Grant,
+    Txn,
+    Revoke,
+    Stream,
 }
 
 impl FuzzOutcome {
-    fn outcome(self) -> Outcome<Reply> {
-        match self {
-            FuzzOutcome::Granted { lease, ttl_secs } => Outcome::Ok(Reply::Granted {
+    /// The outcome as a grant's (a `Done` grants lease 0 with TTL 1).
+    fn granted(&self) -> Outcome<Granted> {
+        match *self {
+            FuzzOutcome::Granted { lease, ttl_secs } => Outcome::Ok(Granted {
                 lease: LeaseId(i64::from(lease)),
                 ttl_secs: i64::from(ttl_secs),
             }),
-            FuzzOutcome::Done => Outcome::Ok(Reply::Done),
+            FuzzOutcome::Done => Outcome::Ok(Granted {
+                lease: LeaseId(0),
+                ttl_secs: 1,
+            }),
             FuzzOutcome::Err(f) => Outcome::Err(f.failure()),
             FuzzOutcome::Unknown => Outcome::Unknown,
+        }
+    }
+
+    /// The outcome of a request with no value.
+    fn done(&self) -> Outcome<()> {
+        match *self {
+            FuzzOutcome::Granted { .. } | FuzzOutcome::Done => Outcome::Ok(()),
+            FuzzOutcome::Err(f) => Outcome::Err(f.failure()),
+            FuzzOutcome::Unknown => Outcome::Unknown,
+        }
+    }
+
+    /// The completion of `op`, a request of `kind`.
+    fn completion(&self, op: OpId, kind: Kind) -> Completion {
+        match kind {
+            Kind::Grant => Completion::Granted {
+                op,
+                outcome: self.granted(),
+            },
+            Kind::Txn => Completion::Txn {
+                op,
+                outcome: self.done().map(|()| TxnResponse {
+                    succeeded: false,
+                    revision: Revision(1),
+                    responses: Vec::new(),
+                }),
+            },
+            Kind::Revoke | Kind::Stream => Completion::Revoked {
+                op,
+                outcome: self.done(),
+            },
         }
     }
 }
@@ -125,6 +176,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
     let mut h = Harness {
         now: 0,
         ops: Vec::new(),
+        kinds: Vec::new(),
         granted: BTreeSet::new(),
         stopped: false,
         started: false,
@@ -143,6 +195,8 @@ pub fn run(data: &[u8]) -> crate::Reach {
 struct Harness {
     now: u64,
     ops: Vec<OpId>,
+    /// The kind of each op in `ops`.
+    kinds: Vec<Kind>,
     granted: BTreeSet<LeaseId>,
     stopped: bool,
     started: bool,
@@ -154,20 +208,32 @@ impl Harness {
         crate::pick(&self.ops, which)
     }
 
-    /// A completion of `op`, remembering any lease it grants.
-    fn completion(&mut self, op: OpId, outcome: FuzzOutcome) -> Input {
-        let outcome = outcome.outcome();
-        if let Outcome::Ok(Reply::Granted { lease, .. }) = &outcome {
-            self.granted.insert(*lease);
+    fn kind(&self, which: u8) -> Kind {
+        if self.kinds.is_empty() {
+            return Kind::Revoke;
         }
-        Input::Completed { op, outcome }
+        self.kinds[usize::from(which) % self.kinds.len()]
+    }
+
+    /// A completion of `op` as a request of `kind`, remembering any lease
+    /// it grants.
+    fn completion(&mut self, op: OpId, kind: Kind, outcome: FuzzOutcome) -> Input {
+        let c = outcome.completion(op, kind);
+        if let Completion::Granted {
+            outcome: Outcome::Ok(g),
+            ..
+        } = &c
+        {
+            self.granted.insert(g.lease);
+        }
+        Input::Io(c)
     }
 
     fn step(&mut self, m: &mut Liveness, step: Step) {
         let now = Instant::from_millis(self.now);
         let input = match step {
             Step::Start => Input::Start,
-            Step::Stop => Input::Stop,
+            Step::Stop => Input::Close,
             Step::Advance(ms) => {
                 self.now += u64::from(ms);
                 let now = Instant::from_millis(self.now);
@@ -177,17 +243,28 @@ impl Harness {
                 }
                 return;
             }
-            Step::Complete { which, outcome } => self.completion(self.op(which), outcome),
-            Step::Reply { which, ttl_secs } => Input::KeepAliveReply {
+            Step::Complete { which, outcome } => {
+                self.completion(self.op(which), self.kind(which), outcome)
+            }
+            Step::WrongKind { which, outcome } => {
+                let wrong = match self.kind(which) {
+                    Kind::Grant => Kind::Txn,
+                    Kind::Txn | Kind::Stream => Kind::Revoke,
+                    Kind::Revoke => Kind::Txn,
+                };
+                // Built directly: a wrong-kind grant must not count as granted.
+                Input::Io(outcome.completion(self.op(which), wrong))
+            }
+            Step::Reply { which, ttl_secs } => Input::Io(Completion::KeepAliveReply {
                 stream: self.op(which),
                 ttl_secs: i64::from(ttl_secs),
-            },
-            Step::Closed { which, failure } => Input::KeepAliveClosed {
+            }),
+            Step::Closed { which, failure } => Input::Io(Completion::KeepAliveClosed {
                 stream: self.op(which),
                 failure: failure.failure(),
-            },
+            }),
             Step::Ghost { op, outcome } => {
-                self.completion(OpId(u64::from(op) + 1_000_000), outcome)
+                self.completion(OpId(u64::from(op) + 1_000_000), Kind::Grant, outcome)
             }
         };
         let is_start = input == Input::Start;
@@ -207,18 +284,20 @@ impl Harness {
             assert!(!self.stopped, "output after Stopped: {out:?}");
             match out {
                 Output::Command(c) => {
-                    let op = match c {
-                        Command::Grant { op, .. }
-                        | Command::PutKey { op, .. }
-                        | Command::OpenKeepAlive { op, .. }
-                        | Command::Revoke { op, .. } => Some(op),
+                    let kind = match c {
+                        Command::Grant { .. } => Some(Kind::Grant),
+                        Command::Txn { .. } => Some(Kind::Txn),
+                        Command::OpenKeepAlive { .. } => Some(Kind::Stream),
+                        Command::Revoke { .. } => Some(Kind::Revoke),
                         _ => None,
                     };
-                    if let Some(op) = op {
+                    if let Some(kind) = kind {
+                        let op = c.op();
                         if let Some(last) = self.ops.last() {
                             assert!(op > *last, "op ids must be fresh: {op} after {last}");
                         }
                         self.ops.push(op);
+                        self.kinds.push(kind);
                     }
                 }
                 Output::Event(e) => match e {
@@ -227,7 +306,7 @@ impl Harness {
                         self.milestones += 1;
                     }
                     Event::Lost { .. } => self.milestones += 1,
-                    Event::Stopped { .. } => {
+                    Event::Closed { .. } => {
                         self.stopped = true;
                         self.milestones += 1;
                     }
@@ -240,7 +319,7 @@ impl Harness {
             LivenessState::Registered { lease } => assert_eq!(m.lease(), Some(lease)),
             _ => assert_eq!(m.lease(), None),
         }
-        assert_eq!(m.is_stopped(), self.stopped);
+        assert_eq!(m.is_closed(), self.stopped);
         let live = self.started && !self.stopped;
         if live {
             assert!(

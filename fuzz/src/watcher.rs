@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
+use coord_core::io::{Command, Completion, Listing, MessageKind};
 use coord_core::kv::{KeyValue, WatchEvent};
-use coord_core::watcher::{
-    Command, Event, Input, Listing, MessageKind, Output, StartPolicy, Watcher, WatcherConfig,
-};
+use coord_core::watcher::{Event, Input, Output, StartPolicy, Watcher, WatcherConfig};
 use coord_core::{Instant, Key, LeaseId, OpId, Outcome, Revision};
 
 use crate::liveness::FuzzFailure;
@@ -183,18 +182,18 @@ impl Harness {
             Step::Listed { which, kvs, rev } => {
                 let base = self.base;
                 self.base += 256;
-                Input::Listed {
+                Input::Io(Completion::Listed {
                     op: self.op(which),
                     outcome: Outcome::Ok(Listing {
                         kvs: kvs.iter().flatten().map(|k| k.kv(base)).collect(),
                         revision: Revision(base + i64::from(rev)),
                     }),
-                }
+                })
             }
-            Step::ListFailed { which, failure } => Input::Listed {
+            Step::ListFailed { which, failure } => Input::Io(Completion::Listed {
                 op: self.op(which),
                 outcome: failure.map_or(Outcome::Unknown, |f| Outcome::Err(f.failure())),
-            },
+            }),
             Step::Message {
                 which,
                 kind,
@@ -230,23 +229,23 @@ impl Harness {
                         },
                     })
                     .collect();
-                Input::WatchMessage {
+                Input::Io(Completion::WatchMessage {
                     stream: self.op(which),
                     kind,
                     events,
                     revision: Revision(base + i64::from(rev)),
-                }
+                })
             }
-            Step::Closed { which, failure } => Input::WatchClosed {
+            Step::Closed { which, failure } => Input::Io(Completion::WatchClosed {
                 stream: self.op(which),
                 failure: failure.failure(),
-            },
-            Step::Ghost { op, rev } => Input::WatchMessage {
+            }),
+            Step::Ghost { op, rev } => Input::Io(Completion::WatchMessage {
                 stream: OpId(u64::from(op) + 1_000_000),
                 kind: MessageKind::Events,
                 events: Vec::new(),
                 revision: Revision(i64::from(rev)),
-            },
+            }),
         };
         let is_start = input == Input::Start;
         let result = m.handle(now, input);
@@ -273,7 +272,7 @@ impl Harness {
                 Output::Event(e) => self.apply(e),
             }
         }
-        assert_eq!(&self.replica, m.view(), "events replay to the view");
+        assert_eq!(self.replica, m.view(), "events replay to the view");
         assert_eq!(m.is_closed(), self.closed);
         if self.started && !self.closed {
             assert!(
@@ -329,6 +328,13 @@ impl Harness {
                 self.milestones += 1;
             }
             Event::Closed => self.closed = true,
+            Event::Retrying(retry) => {
+                assert!(retry.attempt > 0, "a retry counts a failure");
+                assert!(
+                    retry.next_at >= Instant::from_millis(self.now),
+                    "a retry is never in the past"
+                );
+            }
             Event::StartFailed { .. } | Event::Ignored { .. } => {}
         }
     }

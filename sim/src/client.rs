@@ -10,7 +10,7 @@ use coord::{
     EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId, WatchControl,
     WatchEvents, WatchMessage,
 };
-use coord_core::watcher::{Consistency, Listing, MessageKind};
+use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::Revision;
 use madsim::net::Endpoint;
 
@@ -97,7 +97,7 @@ fn done(r: Reply) -> Result<(), EtcdError> {
     match r {
         Reply::Done => Ok(()),
         Reply::Failed(e) => Err(e),
-        Reply::Granted { .. } | Reply::Listed { .. } => {
+        Reply::Granted { .. } | Reply::Listed { .. } | Reply::Txn(_) => {
             Err(EtcdError::Other("unexpected reply".into()))
         }
     }
@@ -275,12 +275,8 @@ impl EtcdApi for SimEtcd {
     type WatchControl = SimWatchControl;
     type WatchEvents = SimWatchEvents;
 
-    async fn range(
-        &self,
-        prefix: Vec<u8>,
-        _consistency: Consistency,
-    ) -> Result<Listing, EtcdError> {
-        match self.call(Request::Range { prefix }).await? {
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        match self.call(Request::Range { request }).await? {
             Reply::Listed { kvs, revision } => Ok(Listing {
                 kvs,
                 revision: Revision(revision),
@@ -290,13 +286,23 @@ impl EtcdApi for SimEtcd {
         }
     }
 
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        match self.call(Request::Txn { txn }).await? {
+            Reply::Txn(response) => Ok(response),
+            Reply::Failed(e) => Err(e),
+            _ => Err(EtcdError::Other("unexpected reply".into())),
+        }
+    }
+
     async fn watch(
         &self,
-        prefix: Vec<u8>,
+        key: Vec<u8>,
+        prefix: bool,
         start_revision: Revision,
     ) -> Result<(SimWatchControl, SimWatchEvents), EtcdError> {
         let stream = self.tag();
         let request = Request::Watch {
+            key,
             prefix,
             start_revision: start_revision.0,
             stream,
@@ -327,22 +333,6 @@ impl EtcdApi for SimEtcd {
 
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
         done(self.call(Request::Revoke { lease: lease.0 }).await?)
-    }
-
-    async fn put_if_changed(
-        &self,
-        key: Vec<u8>,
-        value: Vec<u8>,
-        lease: LeaseId,
-    ) -> Result<(), EtcdError> {
-        done(
-            self.call(Request::PutIfChanged {
-                key,
-                value,
-                lease: lease.0,
-            })
-            .await?,
-        )
     }
 
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {

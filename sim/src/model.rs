@@ -104,15 +104,43 @@ pub enum CompareOp {
     Greater,
 }
 
-/// One compare of a transaction.
+/// One compare of a transaction. With `prefix` it must hold for every key
+/// under `key` (and, when there is none, for an absent key), as etcd's
+/// range compares do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compare {
-    /// The key.
+    /// The key, or the prefix.
     pub key: Vec<u8>,
+    /// Compare every key under `key`.
+    pub prefix: bool,
     /// The comparison.
     pub op: CompareOp,
     /// What and against which value.
     pub target: Target,
+}
+
+/// The order of a read's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sort {
+    /// By key.
+    Key,
+    /// By create revision, oldest first.
+    CreateAscending,
+    /// By create revision, newest first.
+    CreateDescending,
+}
+
+/// What a read selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Select {
+    /// The key, or the prefix.
+    pub key: Vec<u8>,
+    /// Every key under `key`.
+    pub prefix: bool,
+    /// Order.
+    pub sort: Sort,
+    /// At most this many (0: all).
+    pub limit: usize,
 }
 
 /// One operation of a transaction branch.
@@ -132,6 +160,51 @@ pub enum TxnOp {
         /// Key.
         key: Vec<u8>,
     },
+    /// A read (it sees the branch's earlier writes).
+    Get(Select),
+    /// A nested transaction.
+    Txn(Box<TxnRequest>),
+}
+
+/// A transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TxnRequest {
+    /// The conditions.
+    pub compares: Vec<Compare>,
+    /// Run when every compare holds.
+    pub success: Vec<TxnOp>,
+    /// Run otherwise.
+    pub failure: Vec<TxnOp>,
+}
+
+/// What one operation did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpResult {
+    /// A put.
+    Put,
+    /// A delete; keys deleted.
+    Delete(i64),
+    /// A read's kvs.
+    Get(Vec<KeyValue>),
+    /// A nested transaction.
+    Txn(TxnResult),
+}
+
+/// What a transaction did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnResult {
+    /// Whether the compares held.
+    pub succeeded: bool,
+    /// One result per operation of the branch that ran.
+    pub results: Vec<OpResult>,
+}
+
+/// The branches a transaction takes, decided before anything is applied
+/// (etcd evaluates every compare, nested ones too, against the state before
+/// the transaction).
+struct Path {
+    succeeded: bool,
+    nested: Vec<Path>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,16 +336,15 @@ impl EtcdModel {
 
     /// Puts `key` (attached to `lease`, 0 for none). Returns the revision.
     pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<i64, ModelError> {
-        self.txn(
-            &[],
-            &[TxnOp::Put {
+        let req = TxnRequest {
+            success: vec![TxnOp::Put {
                 key: key.to_vec(),
                 value: value.to_vec(),
                 lease,
             }],
-            &[],
-        )
-        .map(|_| self.revision)
+            ..TxnRequest::default()
+        };
+        self.txn(&req).map(|_| self.revision)
     }
 
     /// Deletes `key`; returns the deleted kv, if any.
@@ -285,56 +357,136 @@ impl EtcdModel {
 
     /// Runs a transaction: if every compare holds, `success`, else
     /// `failure`, all in one revision (none if the branch writes nothing).
-    /// Fails without effect if a put names a missing lease. Returns whether
-    /// the compares held.
-    pub fn txn(
-        &mut self,
-        compares: &[Compare],
-        success: &[TxnOp],
-        failure: &[TxnOp],
-    ) -> Result<bool, ModelError> {
-        let held = compares.iter().all(|c| self.holds(c));
-        let ops = if held { success } else { failure };
-        for op in ops {
-            if let TxnOp::Put { lease, .. } = op {
-                if *lease != 0 && !self.leases.contains_key(lease) {
-                    return Err(ModelError::LeaseNotFound);
-                }
-            }
+    /// Fails without effect if a put names a missing lease.
+    pub fn txn(&mut self, req: &TxnRequest) -> Result<TxnResult, ModelError> {
+        let path = self.decide(req);
+        self.check_leases(req, &path)?;
+        let rev = self.revision + 1;
+        let mut wrote = false;
+        let result = self.apply(req, &path, rev, &mut wrote);
+        if wrote {
+            self.revision = rev;
         }
-        let writes = ops.iter().any(|op| match op {
-            TxnOp::Put { .. } => true,
-            TxnOp::Delete { key } => self.kvs.contains_key(key),
-        });
-        if !writes {
-            return Ok(held);
-        }
-        self.revision += 1;
-        let rev = self.revision;
+        Ok(result)
+    }
+
+    fn decide(&self, req: &TxnRequest) -> Path {
+        let succeeded = req.compares.iter().all(|c| self.holds(c));
+        let ops = if succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
+        let nested = ops
+            .iter()
+            .filter_map(|op| match op {
+                TxnOp::Txn(t) => Some(self.decide(t)),
+                _ => None,
+            })
+            .collect();
+        Path { succeeded, nested }
+    }
+
+    fn check_leases(&self, req: &TxnRequest, path: &Path) -> Result<(), ModelError> {
+        let ops = if path.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
+        let mut nested = path.nested.iter();
         for op in ops {
             match op {
-                TxnOp::Put { key, value, lease } => self.put_at(key, value, *lease, rev),
-                TxnOp::Delete { key } => self.delete_at(key, rev),
+                TxnOp::Put { lease, .. } if *lease != 0 && !self.leases.contains_key(lease) => {
+                    return Err(ModelError::LeaseNotFound);
+                }
+                TxnOp::Txn(t) => {
+                    if let Some(p) = nested.next() {
+                        self.check_leases(t, p)?;
+                    }
+                }
+                _ => {}
             }
         }
-        Ok(held)
+        Ok(())
+    }
+
+    fn apply(&mut self, req: &TxnRequest, path: &Path, rev: i64, wrote: &mut bool) -> TxnResult {
+        let ops = if path.succeeded {
+            &req.success
+        } else {
+            &req.failure
+        };
+        let mut nested = path.nested.iter();
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            results.push(match op {
+                TxnOp::Put { key, value, lease } => {
+                    self.put_at(key, value, *lease, rev);
+                    *wrote = true;
+                    OpResult::Put
+                }
+                TxnOp::Delete { key } => {
+                    let existed = self.kvs.contains_key(key);
+                    if existed {
+                        self.delete_at(key, rev);
+                        *wrote = true;
+                    }
+                    OpResult::Delete(i64::from(existed))
+                }
+                TxnOp::Get(select) => OpResult::Get(self.select(select)),
+                TxnOp::Txn(t) => match nested.next() {
+                    Some(p) => OpResult::Txn(self.apply(t, p, rev, wrote)),
+                    None => OpResult::Txn(TxnResult {
+                        succeeded: false,
+                        results: Vec::new(),
+                    }),
+                },
+            });
+        }
+        TxnResult {
+            succeeded: path.succeeded,
+            results,
+        }
+    }
+
+    /// The kvs `select` picks now, in its order.
+    pub fn select(&self, select: &Select) -> Vec<KeyValue> {
+        let mut kvs: Vec<KeyValue> = if select.prefix {
+            self.kvs
+                .range(select.key.clone()..)
+                .take_while(|(k, _)| k.starts_with(&select.key))
+                .map(|(_, v)| v.clone())
+                .collect()
+        } else {
+            self.kvs.get(&select.key).cloned().into_iter().collect()
+        };
+        match select.sort {
+            Sort::Key => {}
+            Sort::CreateAscending => kvs.sort_by_key(|kv| kv.create_revision),
+            Sort::CreateDescending => kvs.sort_by_key(|kv| std::cmp::Reverse(kv.create_revision)),
+        }
+        if select.limit > 0 {
+            kvs.truncate(select.limit);
+        }
+        kvs
     }
 
     fn holds(&self, c: &Compare) -> bool {
-        let kv = self.kvs.get(&c.key);
-        let ord = match &c.target {
-            Target::CreateRevision(v) => kv.map_or(0, |k| k.create_revision).cmp(v),
-            Target::ModRevision(v) => kv.map_or(0, |k| k.mod_revision).cmp(v),
-            Target::Version(v) => kv.map_or(0, |k| k.version).cmp(v),
-            Target::Lease(v) => kv.map_or(0, |k| k.lease).cmp(v),
-            Target::Value(v) => kv.map_or(&[][..], |k| &k.value[..]).cmp(&v[..]),
-        };
-        match c.op {
-            CompareOp::Equal => ord.is_eq(),
-            CompareOp::NotEqual => ord.is_ne(),
-            CompareOp::Less => ord.is_lt(),
-            CompareOp::Greater => ord.is_gt(),
+        let kvs = self.select(&Select {
+            key: c.key.clone(),
+            prefix: c.prefix,
+            sort: Sort::Key,
+            limit: 0,
+        });
+        if kvs.is_empty() {
+            // etcd: a value compare on no key always fails; the others
+            // compare against zero.
+            return match &c.target {
+                Target::Value(_) => false,
+                _ => compare_kv(c, None),
+            };
         }
+        kvs.iter().all(|kv| compare_kv(c, Some(kv)))
     }
 
     fn put_at(&mut self, key: &[u8], value: &[u8], lease: i64, rev: i64) {
@@ -435,13 +587,26 @@ impl EtcdModel {
     /// started there would deliver them; `Compacted` if `from` is at or
     /// below the compaction revision (and not 0, which means "now").
     pub fn events_since(&self, prefix: &[u8], from: i64) -> Result<Vec<Event>, ModelError> {
+        self.events_of(prefix, true, from)
+    }
+
+    /// Events of `key` (every key under it, with `prefix`) from revision
+    /// `from`, as a watch started there would deliver them.
+    pub fn events_of(&self, key: &[u8], prefix: bool, from: i64) -> Result<Vec<Event>, ModelError> {
         if from != 0 && from <= self.compacted {
             return Err(ModelError::Compacted(self.compacted));
         }
         Ok(self
             .history
             .iter()
-            .filter(|e| e.revision() >= from && e.key().starts_with(prefix))
+            .filter(|e| {
+                e.revision() >= from
+                    && if prefix {
+                        e.key().starts_with(key)
+                    } else {
+                        e.key() == key
+                    }
+            })
             .cloned()
             .collect())
     }
@@ -457,6 +622,22 @@ impl EtcdModel {
         self.compacted = rev;
         self.history.retain(|e| e.revision() > rev);
         Ok(())
+    }
+}
+
+fn compare_kv(c: &Compare, kv: Option<&KeyValue>) -> bool {
+    let ord = match &c.target {
+        Target::CreateRevision(v) => kv.map_or(0, |k| k.create_revision).cmp(v),
+        Target::ModRevision(v) => kv.map_or(0, |k| k.mod_revision).cmp(v),
+        Target::Version(v) => kv.map_or(0, |k| k.version).cmp(v),
+        Target::Lease(v) => kv.map_or(0, |k| k.lease).cmp(v),
+        Target::Value(v) => kv.map_or(&[][..], |k| &k.value[..]).cmp(&v[..]),
+    };
+    match c.op {
+        CompareOp::Equal => ord.is_eq(),
+        CompareOp::NotEqual => ord.is_ne(),
+        CompareOp::Less => ord.is_lt(),
+        CompareOp::Greater => ord.is_gt(),
     }
 }
 
@@ -525,42 +706,145 @@ mod tests {
         assert_eq!(m.get(b"/k").map(|kv| kv.lease), Some(b));
     }
 
+    fn cmp(key: &[u8], prefix: bool, op: CompareOp, target: Target) -> Compare {
+        Compare {
+            key: key.to_vec(),
+            prefix,
+            op,
+            target,
+        }
+    }
+
+    fn succeeded(r: Result<TxnResult, ModelError>) -> bool {
+        r.unwrap().succeeded
+    }
+
     #[test]
     fn txn_compares_and_branches() {
         let mut m = EtcdModel::new();
         let (l, _) = m.grant(0, 10);
-        let put_if_changed = |m: &mut EtcdModel| {
-            m.txn(
-                &[
-                    Compare {
-                        key: b"/k".to_vec(),
-                        op: CompareOp::Equal,
-                        target: Target::Lease(l),
+        let put_if_changed = TxnRequest {
+            compares: vec![
+                cmp(b"/k", false, CompareOp::Equal, Target::Lease(l)),
+                cmp(b"/k", false, CompareOp::Equal, Target::Value(b"v".to_vec())),
+            ],
+            success: vec![],
+            failure: vec![TxnOp::Put {
+                key: b"/k".to_vec(),
+                value: b"v".to_vec(),
+                lease: l,
+            }],
+        };
+        assert!(!succeeded(m.txn(&put_if_changed)));
+        let rev = m.revision();
+        assert!(succeeded(m.txn(&put_if_changed)));
+        assert_eq!(m.revision(), rev, "an intact key is not rewritten");
+        let c = cmp(b"/k", false, CompareOp::Greater, Target::CreateRevision(0));
+        let req = TxnRequest {
+            compares: vec![c],
+            ..TxnRequest::default()
+        };
+        assert!(succeeded(m.txn(&req)));
+        // etcd: a value compare on a missing key fails, even against "".
+        let req = TxnRequest {
+            compares: vec![cmp(
+                b"/none",
+                false,
+                CompareOp::Equal,
+                Target::Value(vec![]),
+            )],
+            ..TxnRequest::default()
+        };
+        assert!(!succeeded(m.txn(&req)));
+    }
+
+    #[test]
+    fn range_compares_nested_txns_and_reads_inside_a_txn() {
+        let mut m = EtcdModel::new();
+        let (l, _) = m.grant(0, 10);
+        // "Nobody under /e/" holds on an empty prefix; a put and a read of
+        // the prefix in the same branch see each other, in one revision.
+        let campaign = |m: &mut EtcdModel, key: &[u8]| {
+            m.txn(&TxnRequest {
+                compares: vec![cmp(
+                    b"/e/",
+                    true,
+                    CompareOp::Equal,
+                    Target::CreateRevision(0),
+                )],
+                success: vec![
+                    TxnOp::Put {
+                        key: key.to_vec(),
+                        value: b"x".to_vec(),
+                        lease: l,
                     },
-                    Compare {
-                        key: b"/k".to_vec(),
-                        op: CompareOp::Equal,
-                        target: Target::Value(b"v".to_vec()),
+                    TxnOp::Get(Select {
+                        key: b"/e/".to_vec(),
+                        prefix: true,
+                        sort: Sort::CreateAscending,
+                        limit: 0,
+                    }),
+                ],
+                failure: vec![TxnOp::Get(Select {
+                    key: b"/e/".to_vec(),
+                    prefix: true,
+                    sort: Sort::CreateAscending,
+                    limit: 1,
+                })],
+            })
+            .unwrap()
+        };
+        let first = campaign(&mut m, b"/e/1");
+        assert!(first.succeeded);
+        let OpResult::Get(kvs) = &first.results[1] else {
+            panic!("{first:?}")
+        };
+        assert_eq!(kvs.len(), 1);
+        assert_eq!(kvs[0].mod_revision, m.revision());
+        let second = campaign(&mut m, b"/e/0");
+        assert!(!second.succeeded, "someone is there");
+        assert_eq!(second.results, vec![OpResult::Get(vec![kvs[0].clone()])]);
+        assert!(m.get(b"/e/0").is_none());
+        // A nested transaction guarded by the outer compare; a put with a
+        // dead lease anywhere on the path fails the whole transaction.
+        let guarded = |lease: i64| TxnRequest {
+            compares: vec![cmp(
+                b"/e/1",
+                false,
+                CompareOp::Equal,
+                Target::CreateRevision(kvs[0].create_revision),
+            )],
+            success: vec![TxnOp::Txn(Box::new(TxnRequest {
+                compares: vec![],
+                success: vec![
+                    TxnOp::Put {
+                        key: b"/r".to_vec(),
+                        value: b"w".to_vec(),
+                        lease,
+                    },
+                    TxnOp::Delete {
+                        key: b"/none".to_vec(),
                     },
                 ],
-                &[],
-                &[TxnOp::Put {
-                    key: b"/k".to_vec(),
-                    value: b"v".to_vec(),
-                    lease: l,
-                }],
-            )
+                failure: vec![],
+            }))],
+            failure: vec![],
         };
-        assert_eq!(put_if_changed(&mut m), Ok(false));
-        let rev = m.revision();
-        assert_eq!(put_if_changed(&mut m), Ok(true));
-        assert_eq!(m.revision(), rev, "an intact key is not rewritten");
-        let c = Compare {
-            key: b"/k".to_vec(),
-            op: CompareOp::Greater,
-            target: Target::CreateRevision(0),
-        };
-        assert_eq!(m.txn(&[c], &[], &[]), Ok(true));
+        let before = m.revision();
+        assert_eq!(m.txn(&guarded(999)), Err(ModelError::LeaseNotFound));
+        assert_eq!(m.revision(), before);
+        let r = m.txn(&guarded(0)).unwrap();
+        assert!(r.succeeded);
+        assert_eq!(
+            r.results,
+            vec![OpResult::Txn(TxnResult {
+                succeeded: true,
+                results: vec![OpResult::Put, OpResult::Delete(0)],
+            })]
+        );
+        assert_eq!(m.revision(), before + 1);
+        m.delete(b"/e/1");
+        assert!(!m.txn(&guarded(0)).unwrap().succeeded, "the guard failed");
     }
 
     #[test]

@@ -181,12 +181,9 @@ pub fn timeline(r: &CaseResult) -> String {
                 event,
             } => {
                 let e = match event {
-                    LivenessEvent::Healing {
-                        attempt,
-                        next_at,
-                        last_failure,
-                    } => format!(
-                        "Healing attempt {attempt}, next at {next_at}, after {last_failure:?}"
+                    LivenessEvent::Retrying(r) => format!(
+                        "Retrying attempt {}, next at {}, after {:?}",
+                        r.attempt, r.next_at, r.failure
                     ),
                     other => format!("{other:?}"),
                 };

@@ -8,12 +8,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use coord::EtcdError;
+use coord_core::io::{self as core_io, Get};
 use coord_core::kv::{KeyValue as CoreKv, WatchEvent};
 use coord_core::{Key, LeaseId, Revision};
 use madsim::net::Endpoint;
 use tokio::sync::Notify;
 
-use crate::model::{self, Compare, CompareOp, EtcdModel, ModelError, Target, TxnOp};
+use crate::model::{
+    self, Compare, CompareOp, EtcdModel, ModelError, OpResult, Select, Sort, Target, TxnOp,
+    TxnRequest, TxnResult,
+};
 use crate::wire::{Envelope, Reply, Request, StreamBody, StreamMessage, REQUEST_TAG};
 
 /// How often the lessor looks for expired leases (etcd: 500 ms).
@@ -51,7 +55,8 @@ pub struct EtcdState {
 /// One open watch.
 #[derive(Debug, Clone)]
 pub struct WatchEntry {
-    prefix: Vec<u8>,
+    key: Vec<u8>,
+    prefix: bool,
     /// The next revision it has not been sent.
     next: i64,
     /// Next message number on its stream.
@@ -188,7 +193,7 @@ fn core_event(e: &model::Event) -> WatchEvent {
 /// What a watch is owed now: its pending events, or a compaction notice
 /// (after which it is dropped). Advances the watch.
 fn catch_up(model: &EtcdModel, w: &mut WatchEntry) -> Result<Option<StreamBody>, i64> {
-    match model.events_since(&w.prefix, w.next) {
+    match model.events_of(&w.key, w.prefix, w.next) {
         Err(ModelError::Compacted(rev)) => Err(rev),
         Err(_) => Ok(None),
         Ok(events) if events.is_empty() => Ok(None),
@@ -243,6 +248,76 @@ pub async fn flush_watches(state: SharedEtcd, ep: Endpoint) {
     }
 }
 
+fn select(get: &Get) -> Select {
+    Select {
+        key: get.key.0.clone(),
+        prefix: get.prefix,
+        sort: match get.sort {
+            core_io::Sort::Key => Sort::Key,
+            core_io::Sort::CreateAscending => Sort::CreateAscending,
+            core_io::Sort::CreateDescending => Sort::CreateDescending,
+        },
+        limit: usize::try_from(get.limit).unwrap_or(usize::MAX),
+    }
+}
+
+fn txn_request(txn: &core_io::Txn) -> TxnRequest {
+    let op = |op: &core_io::TxnOp| match op {
+        core_io::TxnOp::Put { key, value, lease } => TxnOp::Put {
+            key: key.0.clone(),
+            value: value.clone(),
+            lease: lease.0,
+        },
+        core_io::TxnOp::Delete { key } => TxnOp::Delete { key: key.0.clone() },
+        core_io::TxnOp::Get(get) => TxnOp::Get(select(get)),
+        core_io::TxnOp::Txn(t) => TxnOp::Txn(Box::new(txn_request(t))),
+    };
+    TxnRequest {
+        compares: txn
+            .compares
+            .iter()
+            .map(|c| Compare {
+                key: c.key.0.clone(),
+                prefix: c.prefix,
+                op: match c.op {
+                    core_io::CompareOp::Equal => CompareOp::Equal,
+                    core_io::CompareOp::NotEqual => CompareOp::NotEqual,
+                    core_io::CompareOp::Less => CompareOp::Less,
+                    core_io::CompareOp::Greater => CompareOp::Greater,
+                },
+                target: match &c.target {
+                    core_io::CompareTarget::CreateRevision(r) => Target::CreateRevision(r.0),
+                    core_io::CompareTarget::ModRevision(r) => Target::ModRevision(r.0),
+                    core_io::CompareTarget::Version(v) => Target::Version(*v),
+                    core_io::CompareTarget::Value(v) => Target::Value(v.clone()),
+                    core_io::CompareTarget::Lease(l) => Target::Lease(l.0),
+                },
+            })
+            .collect(),
+        success: txn.success.iter().map(op).collect(),
+        failure: txn.failure.iter().map(op).collect(),
+    }
+}
+
+fn txn_response(r: &TxnResult, revision: i64) -> core_io::TxnResponse {
+    core_io::TxnResponse {
+        succeeded: r.succeeded,
+        revision: Revision(revision),
+        responses: r
+            .results
+            .iter()
+            .map(|o| match o {
+                OpResult::Put => core_io::TxnOpResponse::Put,
+                OpResult::Delete(n) => core_io::TxnOpResponse::Delete { deleted: *n },
+                OpResult::Get(kvs) => {
+                    core_io::TxnOpResponse::Get(kvs.iter().map(core_kv).collect())
+                }
+                OpResult::Txn(t) => core_io::TxnOpResponse::Txn(txn_response(t, revision)),
+            })
+            .collect(),
+    }
+}
+
 fn failed(e: ModelError) -> Reply {
     Reply::Failed(match e {
         ModelError::LeaseNotFound => EtcdError::LeaseNotFound,
@@ -281,20 +356,24 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
         };
     }
     match req {
-        Request::Range { prefix } => Answer::Unary(match st.model.range(prefix, None) {
-            Ok((kvs, revision)) => Reply::Listed {
-                kvs: kvs.iter().map(core_kv).collect(),
-                revision,
-            },
-            Err(e) => failed(e),
+        Request::Range { request } => Answer::Unary(Reply::Listed {
+            kvs: st
+                .model
+                .select(&select(&request.get))
+                .iter()
+                .map(core_kv)
+                .collect(),
+            revision: st.model.revision(),
         }),
         Request::Watch {
+            key,
             prefix,
             start_revision,
             stream,
         } => {
             let mut w = WatchEntry {
-                prefix: prefix.clone(),
+                key: key.clone(),
+                prefix: *prefix,
                 next: (*start_revision).max(1),
                 seq: 0,
             };
@@ -353,29 +432,10 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
             Ok(()) => Reply::Done,
             Err(e) => failed(e),
         }),
-        Request::PutIfChanged { key, value, lease } => {
-            let compares = [
-                Compare {
-                    key: key.clone(),
-                    op: CompareOp::Equal,
-                    target: Target::Lease(*lease),
-                },
-                Compare {
-                    key: key.clone(),
-                    op: CompareOp::Equal,
-                    target: Target::Value(value.clone()),
-                },
-            ];
-            let put = [TxnOp::Put {
-                key: key.clone(),
-                value: value.clone(),
-                lease: *lease,
-            }];
-            Answer::Unary(match st.model.txn(&compares, &[], &put) {
-                Ok(_) => Reply::Done,
-                Err(e) => failed(e),
-            })
-        }
+        Request::Txn { txn } => Answer::Unary(match st.model.txn(&txn_request(txn)) {
+            Ok(result) => Reply::Txn(txn_response(&result, st.model.revision())),
+            Err(e) => failed(e),
+        }),
         Request::KeepAlive {
             lease,
             stream,

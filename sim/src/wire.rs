@@ -31,26 +31,23 @@ pub enum Request {
         /// The lease.
         lease: i64,
     },
-    /// Compare-and-put: write unless the key has this value and lease.
-    PutIfChanged {
-        /// Key.
-        key: Vec<u8>,
-        /// Value.
-        value: Vec<u8>,
-        /// Lease.
-        lease: i64,
+    /// A transaction.
+    Txn {
+        /// The transaction.
+        txn: coord_core::io::Txn,
     },
-    /// Every kv under `prefix` (consistency does not matter with one
-    /// simulated member).
+    /// A read (consistency does not matter with one simulated member).
     Range {
-        /// The prefix.
-        prefix: Vec<u8>,
+        /// What to read.
+        request: coord_core::io::RangeRequest,
     },
-    /// Open a watch of `prefix` from `start_revision`; messages go to the
-    /// `stream` tag.
+    /// Open a watch of `key` (every key under it, with `prefix`) from
+    /// `start_revision`; messages go to the `stream` tag.
     Watch {
-        /// The prefix.
-        prefix: Vec<u8>,
+        /// The key or prefix.
+        key: Vec<u8>,
+        /// Every key under `key`.
+        prefix: bool,
         /// First revision wanted.
         start_revision: i64,
         /// Tag of the stream.
@@ -89,6 +86,8 @@ pub enum Reply {
     },
     /// Done.
     Done,
+    /// A transaction's result.
+    Txn(coord_core::io::TxnResponse),
     /// A range's result.
     Listed {
         /// The kvs.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use coord::Revision;
 use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, LeaseId};
-use coord_core::watcher::{Consistency, Listing};
+use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use coord_sim::checker::Invariant;
 use coord_sim::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
 use coord_sim::harness::Wrap;
@@ -41,16 +41,11 @@ macro_rules! delegate {
         async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
             self.inner().lease_grant(ttl_secs).await
         }
-        async fn put_if_changed(
-            &self,
-            key: Vec<u8>,
-            value: Vec<u8>,
-            lease: LeaseId,
-        ) -> Result<(), EtcdError> {
-            self.inner().put_if_changed(key, value, lease).await
+        async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+            self.inner().txn(txn).await
         }
-        async fn range(&self, prefix: Vec<u8>, c: Consistency) -> Result<Listing, EtcdError> {
-            self.inner().range(prefix, c).await
+        async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+            self.inner().range(request).await
         }
     };
     (revoke) => {
@@ -69,10 +64,11 @@ macro_rules! delegate {
     (watch) => {
         async fn watch(
             &self,
-            prefix: Vec<u8>,
+            key: Vec<u8>,
+            prefix: bool,
             start: Revision,
         ) -> Result<(SimWatchControl, SimWatchEvents), EtcdError> {
-            self.inner().watch(prefix, start).await
+            self.inner().watch(key, prefix, start).await
         }
     };
 }
@@ -306,10 +302,11 @@ impl EtcdApi for DropDeletesApi {
     delegate!(keep_alive);
     async fn watch(
         &self,
-        prefix: Vec<u8>,
+        key: Vec<u8>,
+        prefix: bool,
         start: Revision,
     ) -> Result<(SimWatchControl, NoDeletes), EtcdError> {
-        let (c, e) = self.0.watch(prefix, start).await?;
+        let (c, e) = self.0.watch(key, prefix, start).await?;
         Ok((c, NoDeletes(e)))
     }
 }

@@ -115,7 +115,7 @@ async fn stop_removes_the_key_at_once_and_is_idempotent() {
     assert_eq!(host.lease_id(), None);
     assert_eq!(
         *host.state().borrow(),
-        LivenessStatus::Stopped {
+        LivenessStatus::Closed {
             revoke: RevokeOutcome::Revoked(lease)
         }
     );

@@ -1,11 +1,11 @@
-//! Leases a `Liveness` machine must revoke, each either in flight (with a
-//! deadline) or waiting to be tried again, until etcd confirms.
+//! Leases an engine must revoke, each either in flight (with a deadline)
+//! or waiting to be tried again, until etcd confirms.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::ids::{LeaseId, OpId};
-use crate::liveness::{Command, Event, Reply};
+use crate::io::Command;
 use crate::outbox::Outbox;
 use crate::outcome::{Failure, Outcome};
 use crate::time::Instant;
@@ -27,9 +27,9 @@ pub(crate) struct Revokes(BTreeMap<LeaseId, Try>);
 
 impl Revokes {
     /// Sends a revoke of `lease`, answered by `deadline`.
-    pub(crate) fn issue(
+    pub(crate) fn issue<E>(
         &mut self,
-        out: &mut Outbox<Command, Event>,
+        out: &mut Outbox<Command, E>,
         lease: LeaseId,
         deadline: Instant,
     ) {
@@ -38,13 +38,14 @@ impl Revokes {
         self.0.insert(lease, Try::InFlight { op, deadline });
     }
 
-    /// Takes a completion. `None` if `op` is not one of these revokes;
-    /// else the lease and whether etcd confirmed it (then it is done).
+    /// Takes a revoke's completion. `None` if `op` is not one of these
+    /// revokes; else the lease and whether etcd confirmed it (then it is
+    /// done).
     pub(crate) fn complete(
         &mut self,
         now: Instant,
         op: OpId,
-        outcome: &Outcome<Reply>,
+        outcome: &Outcome<()>,
     ) -> Option<(LeaseId, bool)> {
         let lease = self
             .0
@@ -53,7 +54,7 @@ impl Revokes {
             .map(|(l, _)| *l)?;
         let confirmed = matches!(
             outcome,
-            Outcome::Ok(_) | Outcome::Err(Failure::LeaseNotFound)
+            Outcome::Ok(()) | Outcome::Err(Failure::LeaseNotFound)
         );
         if confirmed {
             self.0.remove(&lease);
@@ -65,9 +66,9 @@ impl Revokes {
 
     /// Abandons tries past their deadline and sends the tries that are due;
     /// new tries must be answered within `timeout`, capped at `cap`.
-    pub(crate) fn tick(
+    pub(crate) fn tick<E>(
         &mut self,
-        out: &mut Outbox<Command, Event>,
+        out: &mut Outbox<Command, E>,
         now: Instant,
         timeout: Duration,
         cap: Option<Instant>,
@@ -113,7 +114,7 @@ impl Revokes {
 
     /// Gives up: abandons what is in flight; returns the leases left
     /// unconfirmed.
-    pub(crate) fn abandon(self, out: &mut Outbox<Command, Event>) -> Vec<LeaseId> {
+    pub(crate) fn abandon<E>(self, out: &mut Outbox<Command, E>) -> Vec<LeaseId> {
         self.0
             .into_iter()
             .map(|(lease, t)| {
@@ -126,7 +127,7 @@ impl Revokes {
     }
 
     /// Hands every lease over, leaving this empty.
-    pub(crate) fn take_leases(&mut self, out: &mut Outbox<Command, Event>) -> Vec<LeaseId> {
+    pub(crate) fn take_leases<E>(&mut self, out: &mut Outbox<Command, E>) -> Vec<LeaseId> {
         std::mem::take(self).abandon(out)
     }
 }

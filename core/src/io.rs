@@ -1,0 +1,451 @@
+//! The etcd requests every machine issues and the completions that answer
+//! them: one vocabulary for all machines, so one driver executes them all.
+//!
+//! A machine only issues the commands it needs and ignores completions for
+//! ops it does not wait for (stale, or of a kind it never asked for).
+
+use crate::ids::{Key, LeaseId, OpId, Revision};
+use crate::kv::{KeyValue, WatchEvent};
+use crate::outcome::{Failure, Outcome};
+
+/// How a range is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Consistency {
+    /// Linearizable (through the leader): never older than a write that
+    /// completed before it. Default.
+    #[default]
+    Linearizable,
+    /// Serializable (any member's local state): cheaper, maybe stale.
+    Serializable,
+}
+
+/// The order of a range's results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Sort {
+    /// By key, ascending (etcd's natural order). Default.
+    #[default]
+    Key,
+    /// By create revision, oldest first (the election queue's order).
+    CreateAscending,
+    /// By create revision, newest first.
+    CreateDescending,
+}
+
+/// Which keys a read selects: one key, or every key under a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Get {
+    /// The key, or the prefix.
+    pub key: Key,
+    /// Select every key starting with `key`.
+    pub prefix: bool,
+    /// Result order.
+    pub sort: Sort,
+    /// At most this many results; 0 for all.
+    pub limit: u32,
+}
+
+impl Get {
+    /// Every key under `prefix`, in key order.
+    pub fn prefix(prefix: Key) -> Get {
+        Get {
+            key: prefix,
+            prefix: true,
+            sort: Sort::Key,
+            limit: 0,
+        }
+    }
+
+    /// Exactly `key`.
+    pub fn key(key: Key) -> Get {
+        Get {
+            key,
+            prefix: false,
+            sort: Sort::Key,
+            limit: 0,
+        }
+    }
+}
+
+/// A range request outside a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct RangeRequest {
+    /// What to read.
+    pub get: Get,
+    /// How.
+    pub consistency: Consistency,
+}
+
+/// A range's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Listing {
+    /// The key-values selected, in the order asked for.
+    pub kvs: Vec<KeyValue>,
+    /// The revision read at.
+    pub revision: Revision,
+}
+
+/// What a compare looks at, and the value compared against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum CompareTarget {
+    /// The key's create revision (0 when absent).
+    CreateRevision(Revision),
+    /// The key's mod revision (0 when absent).
+    ModRevision(Revision),
+    /// The key's version (0 when absent).
+    Version(i64),
+    /// The key's value (a missing key never compares equal).
+    Value(Vec<u8>),
+    /// The key's lease (0 when absent or none).
+    Lease(LeaseId),
+}
+
+/// How a compare compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum CompareOp {
+    /// `=`.
+    Equal,
+    /// `!=`.
+    NotEqual,
+    /// `<`.
+    Less,
+    /// `>`.
+    Greater,
+}
+
+/// One condition of a transaction. With `prefix`, it must hold for every
+/// key under `key` (and, with no key there, for an absent key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Compare {
+    /// The key or prefix.
+    pub key: Key,
+    /// Compare every key under `key`.
+    pub prefix: bool,
+    /// The comparison.
+    pub op: CompareOp,
+    /// What, against which value.
+    pub target: CompareTarget,
+}
+
+impl Compare {
+    /// `key`'s create revision compared with `revision`.
+    pub fn create_revision(key: Key, op: CompareOp, revision: Revision) -> Compare {
+        Compare {
+            key,
+            prefix: false,
+            op,
+            target: CompareTarget::CreateRevision(revision),
+        }
+    }
+}
+
+/// One operation of a transaction branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum TxnOp {
+    /// Put `key` = `value`, attached to `lease` (`LeaseId(0)`: none).
+    Put {
+        /// The key.
+        key: Key,
+        /// The value.
+        value: Vec<u8>,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Delete `key` (one key).
+    Delete {
+        /// The key.
+        key: Key,
+    },
+    /// Read at the transaction's revision.
+    Get(Get),
+    /// A nested transaction.
+    Txn(Box<Txn>),
+}
+
+/// A transaction: if every compare holds, `success` runs, else `failure`,
+/// atomically in one revision.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Txn {
+    /// The conditions.
+    pub compares: Vec<Compare>,
+    /// Run when every compare holds.
+    pub success: Vec<TxnOp>,
+    /// Run otherwise.
+    pub failure: Vec<TxnOp>,
+}
+
+/// The result of one transaction operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum TxnOpResponse {
+    /// A put was applied.
+    Put,
+    /// A delete removed this many keys.
+    Delete {
+        /// Keys deleted (0 or 1).
+        deleted: i64,
+    },
+    /// A read's key-values.
+    Get(Vec<KeyValue>),
+    /// A nested transaction's result.
+    Txn(TxnResponse),
+}
+
+/// A transaction's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct TxnResponse {
+    /// True if the compares held (`success` ran).
+    pub succeeded: bool,
+    /// The store's revision after the transaction (its own revision if it
+    /// wrote).
+    pub revision: Revision,
+    /// One response per operation of the branch that ran.
+    pub responses: Vec<TxnOpResponse>,
+}
+
+impl TxnResponse {
+    /// The key-values of the `index`-th response, if it is a read.
+    pub fn kvs(&self, index: usize) -> Option<&[KeyValue]> {
+        match self.responses.get(index) {
+            Some(TxnOpResponse::Get(kvs)) => Some(kvs),
+            _ => None,
+        }
+    }
+}
+
+/// A granted lease: its id and the TTL etcd granted (seconds; may exceed
+/// the TTL asked for, etcd's minimum).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct Granted {
+    /// The new lease.
+    pub lease: LeaseId,
+    /// TTL granted, seconds.
+    pub ttl_secs: i64,
+}
+
+/// What kind of message a watch stream delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum MessageKind {
+    /// The watch was created (no events).
+    Created,
+    /// Events.
+    Events,
+    /// A progress notification: every event up to `revision` was sent.
+    Progress,
+}
+
+/// Work for the driver: one etcd request, tagged with the op its
+/// completion must carry back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Grant a lease; completes with [`Completion::Granted`].
+    Grant {
+        /// Completion tag.
+        op: OpId,
+        /// TTL to ask for, seconds.
+        ttl_secs: i64,
+    },
+    /// Revoke a lease (deleting its keys); completes with
+    /// [`Completion::Revoked`].
+    Revoke {
+        /// Completion tag.
+        op: OpId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Open a keep-alive stream for `lease`, sending the first keep-alive.
+    /// Replies come as [`Completion::KeepAliveReply`]; a failure to open or
+    /// a break as [`Completion::KeepAliveClosed`]. Replies must always be
+    /// drained.
+    OpenKeepAlive {
+        /// Stream tag.
+        op: OpId,
+        /// The lease.
+        lease: LeaseId,
+    },
+    /// Send one keep-alive on an open stream.
+    SendKeepAlive {
+        /// The stream.
+        stream: OpId,
+        /// Its lease.
+        lease: LeaseId,
+    },
+    /// Close the stream; later completions tagged with it are ignored.
+    CloseKeepAlive {
+        /// The stream.
+        stream: OpId,
+    },
+    /// Read; completes with [`Completion::Listed`].
+    Range {
+        /// Completion tag.
+        op: OpId,
+        /// What and how.
+        request: RangeRequest,
+    },
+    /// Run a transaction; completes with [`Completion::Txn`].
+    Txn {
+        /// Completion tag.
+        op: OpId,
+        /// The transaction.
+        txn: Txn,
+    },
+    /// Watch `key` (or every key under it, with `prefix`) from
+    /// `start_revision`, with prev kv. Messages come as
+    /// [`Completion::WatchMessage`], the end as [`Completion::WatchClosed`]
+    /// (`Failure::Compacted` when the start revision is compacted).
+    Watch {
+        /// Stream tag.
+        op: OpId,
+        /// The key or prefix.
+        key: Key,
+        /// Watch every key under `key`.
+        prefix: bool,
+        /// First revision wanted.
+        start_revision: Revision,
+    },
+    /// Ask the watch stream for a progress notification (a liveness probe).
+    RequestProgress {
+        /// The stream.
+        stream: OpId,
+    },
+    /// Cancel and drop the watch stream; later messages from it are ignored.
+    CancelWatch {
+        /// The stream.
+        stream: OpId,
+    },
+    /// The request `op` passed its deadline: drop it; its completion, if
+    /// any, would be ignored.
+    Abandon {
+        /// The request.
+        op: OpId,
+    },
+}
+
+/// How a request ended, or what a stream delivered: the driver's answer to
+/// a [`Command`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Completion {
+    /// A `Grant` ended.
+    Granted {
+        /// The command's op.
+        op: OpId,
+        /// How.
+        outcome: Outcome<Granted>,
+    },
+    /// A `Revoke` ended.
+    Revoked {
+        /// The command's op.
+        op: OpId,
+        /// How.
+        outcome: Outcome<()>,
+    },
+    /// A `Range` ended.
+    Listed {
+        /// The command's op.
+        op: OpId,
+        /// How.
+        outcome: Outcome<Listing>,
+    },
+    /// A `Txn` ended.
+    Txn {
+        /// The command's op.
+        op: OpId,
+        /// How.
+        outcome: Outcome<TxnResponse>,
+    },
+    /// A keep-alive reply arrived on the stream opened by `stream`.
+    KeepAliveReply {
+        /// The `OpenKeepAlive` op.
+        stream: OpId,
+        /// Remaining TTL in seconds; 0 means the lease is gone.
+        ttl_secs: i64,
+    },
+    /// The keep-alive stream failed to open, broke or ended.
+    KeepAliveClosed {
+        /// The `OpenKeepAlive` op.
+        stream: OpId,
+        /// Why.
+        failure: Failure,
+    },
+    /// A message on the watch stream opened by `stream`.
+    WatchMessage {
+        /// The `Watch` op.
+        stream: OpId,
+        /// What kind.
+        kind: MessageKind,
+        /// Events (empty for created and progress).
+        events: Vec<WatchEvent>,
+        /// The response header's revision.
+        revision: Revision,
+    },
+    /// The watch stream failed to open, broke, ended, or was cancelled by
+    /// etcd; `Failure::Compacted` when its start revision is compacted.
+    WatchClosed {
+        /// The `Watch` op.
+        stream: OpId,
+        /// Why.
+        failure: Failure,
+    },
+}
+
+impl Completion {
+    /// The op or stream this completion answers.
+    pub fn op(&self) -> OpId {
+        match self {
+            Completion::Granted { op, .. }
+            | Completion::Revoked { op, .. }
+            | Completion::Listed { op, .. }
+            | Completion::Txn { op, .. } => *op,
+            Completion::KeepAliveReply { stream, .. }
+            | Completion::KeepAliveClosed { stream, .. }
+            | Completion::WatchMessage { stream, .. }
+            | Completion::WatchClosed { stream, .. } => *stream,
+        }
+    }
+}
+
+impl Command {
+    /// The op or stream this command is about.
+    pub fn op(&self) -> OpId {
+        match self {
+            Command::Grant { op, .. }
+            | Command::Revoke { op, .. }
+            | Command::OpenKeepAlive { op, .. }
+            | Command::Range { op, .. }
+            | Command::Txn { op, .. }
+            | Command::Watch { op, .. }
+            | Command::Abandon { op } => *op,
+            Command::SendKeepAlive { stream, .. }
+            | Command::CloseKeepAlive { stream }
+            | Command::RequestProgress { stream }
+            | Command::CancelWatch { stream } => *stream,
+        }
+    }
+
+    /// True for a command that starts a request or stream (and so carries a
+    /// fresh op id).
+    pub fn starts_op(&self) -> bool {
+        matches!(
+            self,
+            Command::Grant { .. }
+                | Command::Revoke { .. }
+                | Command::OpenKeepAlive { .. }
+                | Command::Range { .. }
+                | Command::Txn { .. }
+                | Command::Watch { .. }
+        )
+    }
+}

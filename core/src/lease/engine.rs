@@ -1,0 +1,604 @@
+//! The lease engine's state machine. See the module docs for the protocol.
+
+use std::time::Duration;
+
+use super::closing::Closing;
+use super::link::{Link, Stream};
+use super::revokes::Revokes;
+use super::{
+    ConfigError, Event, Input, LeaseConfig, LeaseState, LostReason, OnLoss, Output, RevokeOutcome,
+    UsageError,
+};
+use crate::backoff::{Backoff, FailureClass};
+use crate::ids::{LeaseId, OpId};
+use crate::io::{Command, Compare, CompareOp, CompareTarget, Completion, Granted, Txn, TxnOp};
+use crate::outbox::Outbox;
+use crate::outcome::{AttemptFailure, Failure, Outcome, Retry};
+use crate::time::Instant;
+use crate::StartPolicy;
+
+mod keep_alive;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Lease {
+    id: LeaseId,
+    ttl: Duration,
+}
+
+/// What a registration attempt is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// The very first registration (governed by the start policy).
+    First,
+    /// A new lease after a loss.
+    Fresh,
+    /// Keeping the lost lease, which etcd has not said is dead.
+    Resume,
+}
+
+/// What the next attempt, after a wait, will be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    First,
+    Fresh,
+    Resume(Lease),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Waiting for the grant.
+    Grant,
+    /// Waiting for the attached key's compare-and-put. `stream` is set when
+    /// resuming (already open and confirmed), unset in a fresh
+    /// registration.
+    Attach {
+        lease: Lease,
+        stream: Option<Stream>,
+    },
+    /// Waiting for the first keep-alive reply on a new stream.
+    Open { lease: Lease, stream: Stream },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Idle,
+    Registering {
+        op: OpId,
+        deadline: Instant,
+        step: Step,
+        attempt: Attempt,
+    },
+    Held {
+        lease: Lease,
+        link: Link,
+        next_send: Instant,
+    },
+    Waiting {
+        next_at: Instant,
+        next: Next,
+    },
+    Closing(Closing),
+    Closed(RevokeOutcome),
+}
+
+/// The lease engine. See the [module docs](super) for the protocol.
+#[derive(Debug)]
+pub struct LeaseEngine {
+    config: LeaseConfig,
+    state: State,
+    backoff: Backoff,
+    out: Outbox<Command, Event>,
+    /// Leases of failed partial registrations (and, when replacing, of lost
+    /// leases) whose revoke etcd has not confirmed yet: retried in the
+    /// background, and by close.
+    orphans: Revokes,
+}
+
+impl LeaseEngine {
+    /// An engine for `config` whose op ids carry `slot`. Nothing happens
+    /// until `Input::Start`.
+    pub fn new(config: LeaseConfig, slot: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let backoff = Backoff::new(config.backoff.clone(), config.seed);
+        Ok(LeaseEngine {
+            config,
+            state: State::Idle,
+            backoff,
+            out: Outbox::with_slot(slot),
+            orphans: Revokes::default(),
+        })
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &LeaseConfig {
+        &self.config
+    }
+
+    /// The lease held, only while `Registered`.
+    pub fn lease(&self) -> Option<LeaseId> {
+        match &self.state {
+            State::Held { lease, .. } => Some(lease.id),
+            _ => None,
+        }
+    }
+
+    /// While `Registered`: the instant until which the lease provably
+    /// lives (send time of the last acknowledged keep-alive plus the TTL it
+    /// returned). Past it, etcd may have expired the lease.
+    pub fn expires_at(&self) -> Option<Instant> {
+        match &self.state {
+            State::Held { link, .. } => Some(link.expires_at()),
+            _ => None,
+        }
+    }
+
+    /// The user-visible state.
+    pub fn state(&self) -> LeaseState {
+        match &self.state {
+            State::Idle
+            | State::Registering {
+                attempt: Attempt::First,
+                ..
+            } => LeaseState::Registering,
+            State::Registering { .. } | State::Waiting { .. } => LeaseState::Healing {
+                attempt: self.backoff.attempt(),
+            },
+            State::Held { lease, .. } => LeaseState::Registered { lease: lease.id },
+            State::Closing(_) => LeaseState::Closing,
+            State::Closed(revoke) => LeaseState::Closed {
+                revoke: revoke.clone(),
+            },
+        }
+    }
+
+    /// True once `Closed` (terminal).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed(_))
+    }
+
+    /// The last op id handed out, without its slot.
+    #[cfg(test)]
+    pub(crate) fn last_op(&self) -> u64 {
+        self.out.last_op()
+    }
+
+    /// The next command or event, if any. Drain it after every `handle`.
+    #[must_use]
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop()
+    }
+
+    /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let state = self.state_deadline();
+        match self.orphans.next_deadline() {
+            Some(o) => Some(state.map_or(o, |s| s.min(o))),
+            None => state,
+        }
+    }
+
+    fn state_deadline(&self) -> Option<Instant> {
+        match &self.state {
+            State::Idle | State::Closed(_) => None,
+            State::Registering { deadline, .. } => Some(*deadline),
+            State::Held {
+                link, next_send, ..
+            } => Some(match link {
+                Link::Up(s) => {
+                    let silent_at = s.silent_at(self.config.request_timeout);
+                    (*next_send)
+                        .min(s.expires_at)
+                        .min(silent_at.unwrap_or(s.expires_at))
+                }
+                Link::Down {
+                    retry_at,
+                    expires_at,
+                    ..
+                } => (*retry_at).min(*expires_at),
+            }),
+            State::Waiting { next_at, .. } => Some(*next_at),
+            State::Closing(closing) => Some(closing.next_deadline()),
+        }
+    }
+
+    /// Feeds one input. Only `Start` in the wrong state is an error; etcd
+    /// failures arrive as inputs and are handled, stale completions ignored.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+        match input {
+            Input::Start => return self.on_start(now),
+            Input::Close => self.on_close(now),
+            Input::Timeout => self.on_timeout(now),
+            Input::Io(c) => self.on_io(now, c),
+        }
+        Ok(())
+    }
+
+    fn on_io(&mut self, now: Instant, c: Completion) {
+        match c {
+            Completion::Granted { op, outcome } => self.on_granted(now, op, outcome),
+            Completion::Txn { op, outcome } => self.on_attached(now, op, outcome.map(|_| ())),
+            Completion::Revoked { op, outcome } => self.on_revoked(now, op, outcome),
+            Completion::KeepAliveReply { stream, ttl_secs } => self.on_reply(now, stream, ttl_secs),
+            Completion::KeepAliveClosed { stream, failure } => {
+                self.on_stream_closed(now, stream, failure)
+            }
+            // Never asked for: nothing to do.
+            Completion::Listed { .. }
+            | Completion::WatchMessage { .. }
+            | Completion::WatchClosed { .. } => {}
+        }
+    }
+
+    fn on_start(&mut self, now: Instant) -> Result<(), UsageError> {
+        match self.state {
+            State::Idle => {
+                self.begin_grant(now, Attempt::First);
+                Ok(())
+            }
+            State::Closing(_) | State::Closed(_) => Err(UsageError::Closed),
+            _ => Err(UsageError::AlreadyStarted),
+        }
+    }
+
+    fn begin_grant(&mut self, now: Instant, attempt: Attempt) {
+        let op = self.out.op();
+        let ttl_secs = self.config.ttl_secs();
+        self.out.cmd(Command::Grant { op, ttl_secs });
+        self.state = State::Registering {
+            op,
+            deadline: now + self.config.request_timeout,
+            step: Step::Grant,
+            attempt,
+        };
+    }
+
+    /// The attached key's compare-and-put (if a key is attached), else the
+    /// next step.
+    fn begin_attach(
+        &mut self,
+        now: Instant,
+        lease: Lease,
+        stream: Option<Stream>,
+        attempt: Attempt,
+    ) {
+        let Some(attach) = self.config.attach.clone() else {
+            match stream {
+                Some(stream) => self.registered(lease, stream, attempt),
+                None => self.begin_open(now, lease, attempt),
+            }
+            return;
+        };
+        let op = self.out.op();
+        self.out.cmd(Command::Txn {
+            op,
+            txn: put_if_changed(attach.key, attach.value, lease.id),
+        });
+        self.state = State::Registering {
+            op,
+            deadline: now + self.config.request_timeout,
+            step: Step::Attach { lease, stream },
+            attempt,
+        };
+    }
+
+    fn begin_open(&mut self, now: Instant, lease: Lease, attempt: Attempt) {
+        let op = self.out.op();
+        self.out.cmd(Command::OpenKeepAlive {
+            op,
+            lease: lease.id,
+        });
+        self.state = State::Registering {
+            op,
+            deadline: now + self.config.request_timeout,
+            step: Step::Open {
+                lease,
+                stream: Stream::opened(op, now, now),
+            },
+            attempt,
+        };
+    }
+
+    /// The registration is complete: hold the lease and say so.
+    fn registered(&mut self, lease: Lease, stream: Stream, attempt: Attempt) {
+        self.hold(lease, stream);
+        self.out.event(match attempt {
+            Attempt::First => Event::Registered {
+                lease: lease.id,
+                ttl: lease.ttl,
+            },
+            Attempt::Fresh => Event::Reregistered {
+                lease: lease.id,
+                resumed: false,
+            },
+            Attempt::Resume => Event::Reregistered {
+                lease: lease.id,
+                resumed: true,
+            },
+        });
+    }
+
+    fn hold(&mut self, lease: Lease, stream: Stream) {
+        self.backoff.reset();
+        let next_send = stream.last_send + self.config.refresh;
+        self.state = State::Held {
+            lease,
+            link: Link::Up(stream),
+            next_send,
+        };
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        let timeout = self.config.request_timeout;
+        self.orphans.tick(&mut self.out, now, timeout, None);
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Registering {
+                op,
+                deadline,
+                step,
+                attempt,
+            } if now >= deadline => {
+                self.out.cmd(Command::Abandon { op });
+                let (revoke, resume) = self.unwind_step(step, attempt);
+                self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, attempt);
+            }
+            State::Held {
+                lease,
+                link,
+                next_send,
+            } => self.held_timeout(now, lease, link, next_send),
+            State::Waiting { next_at, next } if now >= next_at => match next {
+                Next::Resume(lease) => self.begin_open(now, lease, Attempt::Resume),
+                Next::First => self.begin_grant(now, Attempt::First),
+                Next::Fresh => self.begin_grant(now, Attempt::Fresh),
+            },
+            State::Closing(mut closing) => match closing.tick(&mut self.out, now, timeout) {
+                Some(outcome) => self.finish_close(outcome),
+                None => self.state = State::Closing(closing),
+            },
+            other => self.state = other,
+        }
+    }
+
+    /// Tears down a failed step: closes its stream; returns the lease to
+    /// revoke (a fresh, partial registration) and what may still be resumed.
+    fn unwind_step(&mut self, step: Step, attempt: Attempt) -> (Option<LeaseId>, Option<Lease>) {
+        match step {
+            Step::Grant => (None, None),
+            Step::Attach {
+                lease,
+                stream: None,
+            } => (Some(lease.id), None),
+            Step::Attach {
+                lease,
+                stream: Some(s),
+            } => {
+                self.out.cmd(Command::CloseKeepAlive { stream: s.op });
+                (None, Some(lease))
+            }
+            Step::Open { lease, stream } => {
+                self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
+                match attempt {
+                    Attempt::Resume => (None, Some(lease)),
+                    Attempt::First | Attempt::Fresh => (Some(lease.id), None),
+                }
+            }
+        }
+    }
+
+    fn attempt_failed(
+        &mut self,
+        now: Instant,
+        reason: AttemptFailure,
+        revoke: Option<LeaseId>,
+        resume: Option<Lease>,
+        attempt: Attempt,
+    ) {
+        if attempt == Attempt::First && self.config.start == StartPolicy::FailFast {
+            self.out.event(Event::StartFailed { reason });
+            self.begin_closing(now, revoke, None);
+            return;
+        }
+        if let Some(lease) = revoke {
+            // Retried until etcd confirms: if it is lost, the lease (maybe
+            // with the key on it) would outlive a later close.
+            let deadline = now + self.config.request_timeout;
+            self.orphans.issue(&mut self.out, lease, deadline);
+        }
+        let next_at = now + self.backoff.next_delay(reason.class());
+        self.out.event(Event::Retrying(Retry {
+            attempt: self.backoff.attempt(),
+            next_at,
+            failure: Some(reason),
+        }));
+        let next = match (resume, attempt) {
+            (Some(lease), _) => Next::Resume(lease),
+            (None, Attempt::First) => Next::First,
+            (None, Attempt::Fresh | Attempt::Resume) => Next::Fresh,
+        };
+        self.state = State::Waiting { next_at, next };
+    }
+
+    /// The held lease is lost (its stream already closed): report and
+    /// schedule the first heal attempt: a resume unless etcd said the lease
+    /// is dead or the policy is to replace it.
+    fn lose(&mut self, now: Instant, lease: Lease, reason: LostReason) {
+        let alive_maybe = !matches!(reason, LostReason::LeaseExpired);
+        let next = match self.config.on_loss {
+            OnLoss::Resume if alive_maybe => Next::Resume(lease),
+            OnLoss::Resume => Next::Fresh,
+            OnLoss::Replace => {
+                if alive_maybe {
+                    // Whatever was built on it is reported lost: its keys
+                    // must go, not linger until it expires.
+                    let deadline = now + self.config.request_timeout;
+                    self.orphans.issue(&mut self.out, lease.id, deadline);
+                }
+                Next::Fresh
+            }
+        };
+        let class = match &reason {
+            LostReason::StreamClosed(f) => f.class(),
+            LostReason::LeaseExpired => FailureClass::Fast,
+            LostReason::KeepAliveTimeout => FailureClass::Slow,
+        };
+        self.out.event(Event::Lost {
+            lease: lease.id,
+            reason,
+        });
+        let next_at = now + self.backoff.next_delay(class);
+        self.out.event(Event::Retrying(Retry {
+            attempt: self.backoff.attempt(),
+            next_at,
+            failure: None,
+        }));
+        self.state = State::Waiting { next_at, next };
+    }
+
+    fn on_granted(&mut self, now: Instant, op: OpId, outcome: Outcome<Granted>) {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Registering {
+                op: want,
+                step: Step::Grant,
+                attempt,
+                ..
+            } if want == op => match outcome {
+                Outcome::Ok(Granted { lease, ttl_secs }) if ttl_secs > 0 => {
+                    let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+                    self.begin_attach(now, Lease { id: lease, ttl }, None, attempt);
+                }
+                Outcome::Ok(Granted { lease, ttl_secs }) => {
+                    // etcd never grants a TTL of 0 or less; if it ever does,
+                    // the lease is useless: give it back and try again.
+                    let why = Failure::Other(format!("lease granted with TTL {ttl_secs}"));
+                    self.attempt_failed(now, AttemptFailure::Etcd(why), Some(lease), None, attempt);
+                }
+                failed => {
+                    let why = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
+                    self.attempt_failed(now, why, None, None, attempt);
+                }
+            },
+            State::Closing(mut closing) => {
+                let lease = match outcome {
+                    Outcome::Ok(g) => Some(g.lease),
+                    Outcome::Err(_) | Outcome::Unknown => None,
+                };
+                closing.granted(&mut self.out, op, lease);
+                self.after_closing_progress(closing);
+            }
+            other => self.state = other,
+        }
+    }
+
+    fn on_attached(&mut self, now: Instant, op: OpId, outcome: Outcome<()>) {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Registering {
+                op: want,
+                step: Step::Attach { lease, stream },
+                attempt,
+                ..
+            } if want == op => match (outcome, stream) {
+                (Outcome::Ok(()), None) => self.begin_open(now, lease, attempt),
+                (Outcome::Ok(()), Some(stream)) => self.registered(lease, stream, attempt),
+                (failed, stream) => {
+                    let why = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
+                    let step = Step::Attach { lease, stream };
+                    let (revoke, resume) = self.unwind_step(step, attempt);
+                    let resume = resume.filter(|_| why != AttemptFailure::LeaseGone);
+                    self.attempt_failed(now, why, revoke, resume, attempt);
+                }
+            },
+            other => self.state = other,
+        }
+    }
+
+    fn on_revoked(&mut self, now: Instant, op: OpId, outcome: Outcome<()>) {
+        if self.orphans.complete(now, op, &outcome).is_some() {
+            return;
+        }
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Closing(mut closing) => {
+                closing.revoked(now, op, &outcome);
+                self.after_closing_progress(closing);
+            }
+            other => self.state = other,
+        }
+    }
+
+    fn on_close(&mut self, now: Instant) {
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Idle => self.begin_closing(now, None, None),
+            State::Registering { op, step, .. } => match step {
+                Step::Grant => self.begin_closing(now, None, Some(op)),
+                Step::Attach { lease, stream } => {
+                    self.out.cmd(Command::Abandon { op });
+                    if let Some(s) = stream {
+                        self.out.cmd(Command::CloseKeepAlive { stream: s.op });
+                    }
+                    self.begin_closing(now, Some(lease.id), None);
+                }
+                Step::Open { lease, stream } => {
+                    self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
+                    self.begin_closing(now, Some(lease.id), None);
+                }
+            },
+            State::Held { lease, link, .. } => {
+                if let Link::Up(s) = link {
+                    self.out.cmd(Command::CloseKeepAlive { stream: s.op });
+                }
+                self.begin_closing(now, Some(lease.id), None);
+            }
+            State::Waiting { next, .. } => {
+                let lease = match next {
+                    Next::Resume(lease) => Some(lease.id),
+                    Next::First | Next::Fresh => None,
+                };
+                self.begin_closing(now, lease, None);
+            }
+            // Idempotent: a second close changes nothing.
+            other @ (State::Closing(_) | State::Closed(_)) => self.state = other,
+        }
+    }
+
+    fn begin_closing(&mut self, now: Instant, lease: Option<LeaseId>, pending_grant: Option<OpId>) {
+        let deadline = now + self.config.request_timeout;
+        let orphans = self.orphans.take_leases(&mut self.out);
+        let closing = Closing::begin(&mut self.out, deadline, lease, orphans, pending_grant);
+        self.after_closing_progress(closing);
+    }
+
+    fn after_closing_progress(&mut self, closing: Closing) {
+        if closing.done() {
+            self.finish_close(closing.all_revoked());
+        } else {
+            self.state = State::Closing(closing);
+        }
+    }
+
+    fn finish_close(&mut self, revoke: RevokeOutcome) {
+        self.state = State::Closed(revoke.clone());
+        self.out.event(Event::Closed { revoke });
+    }
+}
+
+/// Makes `key` hold `value` attached to `lease`, writing nothing when it
+/// already does (so an intact key produces no watch event).
+pub(crate) fn put_if_changed(key: crate::ids::Key, value: Vec<u8>, lease: LeaseId) -> Txn {
+    Txn {
+        compares: vec![
+            Compare {
+                key: key.clone(),
+                prefix: false,
+                op: CompareOp::Equal,
+                target: CompareTarget::Lease(lease),
+            },
+            Compare {
+                key: key.clone(),
+                prefix: false,
+                op: CompareOp::Equal,
+                target: CompareTarget::Value(value.clone()),
+            },
+        ],
+        success: Vec::new(),
+        failure: vec![TxnOp::Put { key, value, lease }],
+    }
+}

@@ -1,0 +1,76 @@
+//! The keep-alive link of a held lease: the open stream and what its
+//! replies proved, or the broken stream waiting to be reopened.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::ids::OpId;
+use crate::outcome::Failure;
+use crate::time::Instant;
+
+/// An open keep-alive stream and what its replies proved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Stream {
+    pub(super) op: OpId,
+    /// Send times of keep-alives not yet acknowledged, oldest first.
+    pub(super) unacked: VecDeque<Instant>,
+    /// Last send time.
+    pub(super) last_send: Instant,
+    /// The lease is surely alive until here (and maybe not after).
+    pub(super) expires_at: Instant,
+    /// Live replies received on this stream.
+    pub(super) replies: u64,
+}
+
+impl Stream {
+    /// A stream just opened at `now` (the open sends the first keep-alive),
+    /// for a lease known alive until `expires_at`.
+    pub(super) fn opened(op: OpId, now: Instant, expires_at: Instant) -> Self {
+        Stream {
+            op,
+            unacked: VecDeque::from([now]),
+            last_send: now,
+            expires_at,
+            replies: 0,
+        }
+    }
+
+    /// Records a live reply: the oldest unacknowledged send plus the TTL is
+    /// a time the lease surely lives to. An unsolicited reply (nothing
+    /// unacknowledged) proves nothing about timing and is not counted.
+    pub(super) fn ack(&mut self, ttl_secs: i64) {
+        self.replies += 1;
+        if let Some(sent) = self.unacked.pop_front() {
+            let ttl = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0));
+            self.expires_at = self.expires_at.max(sent + ttl);
+        }
+    }
+
+    /// When the oldest unanswered keep-alive makes the stream count as
+    /// silently broken.
+    pub(super) fn silent_at(&self, request_timeout: Duration) -> Option<Instant> {
+        self.unacked.front().map(|sent| *sent + request_timeout)
+    }
+}
+
+/// The keep-alive link of a held lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Link {
+    /// A stream is open (or reopened and awaiting its first reply).
+    Up(Stream),
+    /// The stream broke; reopen at `retry_at` unless the deadline passes.
+    Down {
+        retry_at: Instant,
+        expires_at: Instant,
+        failure: Failure,
+    },
+}
+
+impl Link {
+    pub(super) fn expires_at(&self) -> Instant {
+        match self {
+            Link::Up(s) => s.expires_at,
+            Link::Down { expires_at, .. } => *expires_at,
+        }
+    }
+}

@@ -1,0 +1,628 @@
+//! `Mirror`: every key under a prefix, as a view that converges to etcd's
+//! truth and the changes that explain it. The one list-and-watch every
+//! machine uses: the host watcher, election waiters and leaders (who watch
+//! their queue), and `observe`.
+//!
+//! Start: range the prefix (or take a listing the owner already read, such
+//! as a campaign transaction's), report each key as a `Put`, then `Synced`,
+//! then watch from the listing's revision + 1 with prev kv. A put that
+//! changes a key's value or lease is a `Put` with the previous kv; an
+//! identical re-put is nothing; a delete of a known key is `Deleted` with
+//! the last-seen kv.
+//!
+//! A broken stream (closed, erroring, or silent: no answer to a progress
+//! request within the request timeout) is resumed from the last revision
+//! seen + 1, with backoff. A compacted start revision makes the mirror
+//! range the prefix again and report the difference against its view, then
+//! `Resynced`, then watch from the new revision + 1. Nothing is lost and
+//! nothing repeated: every change applies to the view exactly as reported,
+//! and revisions never decrease. Every wait before a retry is announced
+//! with `Retrying`.
+//!
+//! The mirror is a part, not a machine: its owner lends it op ids (so ids
+//! stay unique across the owner's parts), routes the mirror's completions
+//! to it, drains its commands and changes in order with
+//! [`Mirror::next_output`] and folds its deadline.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::backoff::{Backoff, BackoffConfig};
+use crate::host_id::validate_host_id;
+use crate::ids::{Key, OpId, Revision};
+use crate::io::{Command, Completion, Consistency, Get, Listing, MessageKind, RangeRequest};
+use crate::kv::{KeyValue, WatchEvent};
+use crate::lease::ConfigError;
+use crate::outbox::{OpIds, Output};
+use crate::outcome::{AttemptFailure, Failure, Outcome, Retry};
+use crate::time::Instant;
+use crate::StartPolicy;
+
+/// Which keys under the prefix the mirror keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum KeyFilter {
+    /// Every key (an election's queue).
+    #[default]
+    All,
+    /// Keys whose tail after the prefix is a valid host id, except
+    /// `exclude`. Other tails are reported as `Ignored`.
+    HostIds {
+        /// A host id never kept.
+        exclude: Option<String>,
+    },
+}
+
+/// Configuration of a [`Mirror`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct MirrorConfig {
+    /// The prefix mirrored.
+    pub prefix: Key,
+    /// Which keys are kept.
+    pub filter: KeyFilter,
+    /// How the prefix is read.
+    pub consistency: Consistency,
+    /// Deadline of each request and of each progress request.
+    pub request_timeout: Duration,
+    /// How long a stream may stay quiet before its liveness is probed with
+    /// a progress request.
+    pub probe_interval: Duration,
+    /// Pacing of retries.
+    pub backoff: BackoffConfig,
+    /// Seed of the jitter PRNG.
+    pub seed: u64,
+    /// What a failed first range does.
+    pub start: StartPolicy,
+}
+
+impl MirrorConfig {
+    /// Defaults: every key, linearizable, request timeout 5 s, probe every
+    /// 10 s, default backoff, fail-fast start.
+    pub fn new(prefix: Key, seed: u64) -> Self {
+        MirrorConfig {
+            prefix,
+            filter: KeyFilter::All,
+            consistency: Consistency::Linearizable,
+            request_timeout: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(10),
+            backoff: BackoffConfig::default(),
+            seed,
+            start: StartPolicy::FailFast,
+        }
+    }
+
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<(), MirrorConfigError> {
+        if self.prefix.0.is_empty() {
+            return Err(MirrorConfigError::EmptyPrefix);
+        }
+        crate::lease::validate_request_timeout(self.request_timeout)
+            .map_err(|_| MirrorConfigError::RequestTimeoutOutOfRange(self.request_timeout))?;
+        if self.probe_interval < Duration::from_millis(10)
+            || self.probe_interval > Duration::from_secs(3600)
+        {
+            return Err(MirrorConfigError::ProbeIntervalOutOfRange(
+                self.probe_interval,
+            ));
+        }
+        self.backoff
+            .validate()
+            .map_err(|e| MirrorConfigError::Backoff(ConfigError::Backoff(e)))?;
+        Ok(())
+    }
+}
+
+/// Why a mirror's (or watcher's, or observer's) config was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MirrorConfigError {
+    /// The prefix is empty (it would watch the whole key space).
+    #[error("the watched prefix is empty")]
+    EmptyPrefix,
+    /// Request timeout must be between 10 ms and 5 minutes.
+    #[error("request timeout must be between 10 ms and 5 min, got {0:?}")]
+    RequestTimeoutOutOfRange(Duration),
+    /// Probe interval must be between 10 ms and one hour.
+    #[error("probe interval must be between 10 ms and 1 h, got {0:?}")]
+    ProbeIntervalOutOfRange(Duration),
+    /// Invalid backoff.
+    #[error(transparent)]
+    Backoff(ConfigError),
+}
+
+/// Why the view was rebuilt from a fresh range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResyncReason {
+    /// The watch's start revision was compacted.
+    Compacted {
+        /// etcd's compaction revision (0 if it did not say).
+        compact_revision: Revision,
+    },
+}
+
+/// One change of the mirrored prefix (or of the mirror itself). Every
+/// `Put` and `Deleted` applies to the view exactly as stated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A key appeared (`previous` is `None`) or changed value or lease.
+    Put {
+        /// The kv now.
+        kv: KeyValue,
+        /// The kv before, for a change.
+        previous: Option<KeyValue>,
+        /// Revision this reflects.
+        revision: Revision,
+    },
+    /// A key disappeared.
+    Deleted {
+        /// The key.
+        key: Key,
+        /// Its last-seen kv.
+        last_seen: KeyValue,
+        /// Revision this reflects.
+        revision: Revision,
+    },
+    /// The initial listing is complete (after its `Put`s).
+    Synced {
+        /// The listing's revision.
+        revision: Revision,
+    },
+    /// The view was rebuilt from a fresh range (after the differences).
+    Resynced {
+        /// Why.
+        reason: ResyncReason,
+        /// The range's revision.
+        revision: Revision,
+    },
+    /// A key under the prefix the filter does not keep (for tracing).
+    Ignored {
+        /// The key.
+        key: Key,
+    },
+    /// A list or watch failed; the next try is at `next_at`.
+    Retrying(Retry),
+    /// The first range failed under `StartPolicy::FailFast`; `Closed`
+    /// follows.
+    StartFailed {
+        /// Why.
+        reason: AttemptFailure,
+    },
+    /// Terminal.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListReason {
+    Initial,
+    Resync(Revision),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// Quiet; probe at `at` unless a message comes first.
+    Quiet { at: Instant },
+    /// A progress request (or the watch's creation) awaits an answer by
+    /// `deadline`.
+    Awaiting { deadline: Instant },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Then {
+    Resume,
+    List(ListReason),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Idle,
+    Listing {
+        op: OpId,
+        deadline: Instant,
+        reason: ListReason,
+    },
+    Watching {
+        stream: OpId,
+        probe: Probe,
+    },
+    Waiting {
+        next_at: Instant,
+        then: Then,
+    },
+    Closed,
+}
+
+/// A list-and-watch of one prefix. See the module docs.
+#[derive(Debug)]
+pub struct Mirror {
+    config: MirrorConfig,
+    state: State,
+    backoff: Backoff,
+    view: BTreeMap<Key, KeyValue>,
+    /// Every change up to here is reflected in the view.
+    revision: Revision,
+    out: VecDeque<Output<Command, Change>>,
+}
+
+impl Mirror {
+    /// A mirror for `config`. Nothing happens until it is started.
+    pub fn new(config: MirrorConfig) -> Result<Self, MirrorConfigError> {
+        config.validate()?;
+        let backoff = Backoff::new(config.backoff.clone(), config.seed);
+        Ok(Mirror {
+            config,
+            state: State::Idle,
+            backoff,
+            view: BTreeMap::new(),
+            revision: Revision(0),
+            out: VecDeque::new(),
+        })
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &MirrorConfig {
+        &self.config
+    }
+
+    /// The kept keys, exactly as the changes so far describe them.
+    pub fn view(&self) -> &BTreeMap<Key, KeyValue> {
+        &self.view
+    }
+
+    /// Every change up to this revision is reflected in the view.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// True once closed (terminal).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// True before the first listing was applied.
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, State::Idle)
+    }
+
+    /// True while a watch stream is open and the view is current.
+    pub fn is_watching(&self) -> bool {
+        matches!(self.state, State::Watching { .. })
+    }
+
+    /// The next command or change, in the order they arose. Drain after
+    /// every call that feeds the mirror.
+    pub fn next_output(&mut self) -> Option<Output<Command, Change>> {
+        self.out.pop_front()
+    }
+
+    fn cmd(&mut self, c: Command) {
+        self.out.push_back(Output::Command(c));
+    }
+
+    fn change(&mut self, c: Change) {
+        self.out.push_back(Output::Event(c));
+    }
+
+    /// The next deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.state {
+            State::Idle | State::Closed => None,
+            State::Listing { deadline, .. } => Some(*deadline),
+            State::Watching { probe, .. } => Some(match probe {
+                Probe::Quiet { at } => *at,
+                Probe::Awaiting { deadline } => *deadline,
+            }),
+            State::Waiting { next_at, .. } => Some(*next_at),
+        }
+    }
+
+    /// True if `op` is a request or stream this mirror waits for.
+    pub fn owns(&self, op: OpId) -> bool {
+        match self.state {
+            State::Listing { op: o, .. } => o == op,
+            State::Watching { stream, .. } => stream == op,
+            State::Idle | State::Waiting { .. } | State::Closed => false,
+        }
+    }
+
+    /// Starts by ranging the prefix. Only from idle.
+    pub(crate) fn start(&mut self, now: Instant, ids: &mut OpIds) -> bool {
+        if self.state != State::Idle {
+            return false;
+        }
+        self.list(now, ListReason::Initial, ids);
+        true
+    }
+
+    /// Stops: cancels what is in flight. Idempotent.
+    pub fn close(&mut self) {
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::Closed => return,
+            State::Listing { op, .. } => self.cmd(Command::Abandon { op }),
+            State::Watching { stream, .. } => self.cmd(Command::CancelWatch { stream }),
+            State::Idle | State::Waiting { .. } => {}
+        }
+        self.change(Change::Closed);
+    }
+
+    /// The deadline from `poll_timeout` may have passed.
+    pub(crate) fn timeout(&mut self, now: Instant, ids: &mut OpIds) {
+        match std::mem::replace(&mut self.state, State::Closed) {
+            State::Listing {
+                op,
+                deadline,
+                reason,
+            } if now >= deadline => {
+                self.cmd(Command::Abandon { op });
+                self.list_failed(now, reason, AttemptFailure::Timeout);
+            }
+            State::Watching {
+                stream,
+                probe: Probe::Awaiting { deadline },
+            } if now >= deadline => {
+                // No creation or progress answer in time: silently broken.
+                self.cmd(Command::CancelWatch { stream });
+                self.retry(now, AttemptFailure::Timeout, Then::Resume);
+            }
+            State::Watching {
+                stream,
+                probe: Probe::Quiet { at },
+            } if now >= at => {
+                self.cmd(Command::RequestProgress { stream });
+                self.state = State::Watching {
+                    stream,
+                    probe: Probe::Awaiting {
+                        deadline: now + self.config.request_timeout,
+                    },
+                };
+            }
+            State::Waiting { next_at, then } if now >= next_at => match then {
+                Then::Resume => self.watch(now, ids),
+                Then::List(reason) => self.list(now, reason, ids),
+            },
+            other => self.state = other,
+        }
+    }
+
+    /// Takes a completion. Returns it back if it is not the mirror's.
+    pub(crate) fn io(
+        &mut self,
+        now: Instant,
+        c: Completion,
+        ids: &mut OpIds,
+    ) -> Option<Completion> {
+        if !self.owns(c.op()) {
+            return Some(c);
+        }
+        match c {
+            Completion::Listed { op, outcome } => self.on_listed(now, op, outcome, ids),
+            Completion::WatchMessage {
+                stream,
+                kind,
+                events,
+                revision,
+            } => self.on_message(now, stream, kind, events, revision),
+            Completion::WatchClosed { stream, failure } => {
+                self.on_closed(now, stream, failure, ids)
+            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    fn list(&mut self, now: Instant, reason: ListReason, ids: &mut OpIds) {
+        let op = ids.next();
+        self.cmd(Command::Range {
+            op,
+            request: RangeRequest {
+                get: Get::prefix(self.config.prefix.clone()),
+                consistency: self.config.consistency,
+            },
+        });
+        self.state = State::Listing {
+            op,
+            deadline: now + self.config.request_timeout,
+            reason,
+        };
+    }
+
+    fn watch(&mut self, now: Instant, ids: &mut OpIds) {
+        let op = ids.next();
+        self.cmd(Command::Watch {
+            op,
+            key: self.config.prefix.clone(),
+            prefix: true,
+            start_revision: Revision(self.revision.0.saturating_add(1)),
+        });
+        // The creation must be confirmed within a request timeout.
+        self.state = State::Watching {
+            stream: op,
+            probe: Probe::Awaiting {
+                deadline: now + self.config.request_timeout,
+            },
+        };
+    }
+
+    fn retry(&mut self, now: Instant, failure: AttemptFailure, then: Then) {
+        let next_at = now + self.backoff.next_delay(failure.class());
+        self.change(Change::Retrying(Retry {
+            attempt: self.backoff.attempt(),
+            next_at,
+            failure: Some(failure),
+        }));
+        self.state = State::Waiting { next_at, then };
+    }
+
+    fn list_failed(&mut self, now: Instant, reason: ListReason, failure: AttemptFailure) {
+        if reason == ListReason::Initial && self.config.start == StartPolicy::FailFast {
+            self.change(Change::StartFailed { reason: failure });
+            // Nothing is in flight (the range just ended).
+            self.state = State::Closed;
+            self.change(Change::Closed);
+            return;
+        }
+        self.retry(now, failure, Then::List(reason));
+    }
+
+    fn on_listed(&mut self, now: Instant, op: OpId, outcome: Outcome<Listing>, ids: &mut OpIds) {
+        let reason = match std::mem::replace(&mut self.state, State::Closed) {
+            State::Listing {
+                op: want, reason, ..
+            } if want == op => reason,
+            other => {
+                self.state = other;
+                return;
+            }
+        };
+        match outcome {
+            Outcome::Ok(listing) => self.apply_listing(now, listing, reason, ids),
+            failed => {
+                let failure = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
+                self.list_failed(now, reason, failure);
+            }
+        }
+    }
+
+    /// Makes the view equal `listing`, reporting the difference, then
+    /// watches from its revision + 1.
+    fn apply_listing(
+        &mut self,
+        now: Instant,
+        listing: Listing,
+        reason: ListReason,
+        ids: &mut OpIds,
+    ) {
+        self.backoff.reset();
+        let mut fresh: BTreeMap<Key, KeyValue> = BTreeMap::new();
+        for kv in listing.kvs {
+            if self.keeps(&kv.key) {
+                fresh.insert(kv.key.clone(), kv);
+            }
+        }
+        // A range never goes back in time for the consumer.
+        let revision = listing.revision.max(self.revision);
+        let gone: Vec<Key> = self
+            .view
+            .keys()
+            .filter(|k| !fresh.contains_key(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some(last_seen) = self.view.remove(&key) {
+                self.change(Change::Deleted {
+                    key,
+                    last_seen,
+                    revision,
+                });
+            }
+        }
+        for kv in fresh.into_values() {
+            self.apply_put(kv, revision);
+        }
+        self.revision = revision;
+        self.change(match reason {
+            ListReason::Initial => Change::Synced { revision },
+            ListReason::Resync(compact_revision) => Change::Resynced {
+                reason: ResyncReason::Compacted { compact_revision },
+                revision,
+            },
+        });
+        self.watch(now, ids);
+    }
+
+    /// Records `kv`, reporting it unless it is an identical re-put (same
+    /// value and lease): then the view keeps the kv last reported, so the
+    /// view is always exactly the replay of the changes.
+    fn apply_put(&mut self, kv: KeyValue, revision: Revision) {
+        match self.view.get(&kv.key) {
+            Some(old) if old.value == kv.value && old.lease == kv.lease => {}
+            old => {
+                let previous = old.cloned();
+                self.view.insert(kv.key.clone(), kv.clone());
+                self.change(Change::Put {
+                    kv,
+                    previous,
+                    revision,
+                });
+            }
+        }
+    }
+
+    /// True if the filter keeps `key` (reporting it as ignored if not, and
+    /// not excluded on purpose).
+    fn keeps(&mut self, key: &Key) -> bool {
+        let KeyFilter::HostIds { exclude } = &self.config.filter else {
+            return key.0.starts_with(&self.config.prefix.0);
+        };
+        let Some(tail) = key.0.strip_prefix(self.config.prefix.0.as_slice()) else {
+            return false;
+        };
+        match std::str::from_utf8(tail) {
+            Ok(h) if validate_host_id(h).is_ok() => exclude.as_deref() != Some(h),
+            _ => {
+                self.change(Change::Ignored { key: key.clone() });
+                false
+            }
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        now: Instant,
+        stream: OpId,
+        kind: MessageKind,
+        events: Vec<WatchEvent>,
+        header: Revision,
+    ) {
+        // Any message proves the stream alive.
+        self.state = State::Watching {
+            stream,
+            probe: Probe::Quiet {
+                at: now + self.config.probe_interval,
+            },
+        };
+        for ev in events {
+            let rev = ev.revision();
+            if rev <= self.revision {
+                // Already reflected (a replay after a resume).
+                continue;
+            }
+            match ev {
+                WatchEvent::Put { kv, .. } => {
+                    if self.keeps(&kv.key) {
+                        self.apply_put(kv, rev);
+                    }
+                }
+                WatchEvent::Delete { key, prev, .. } => {
+                    if self.keeps(&key) {
+                        if let Some(seen) = self.view.remove(&key) {
+                            // etcd's prev kv, unless it is not this key's.
+                            let last_seen = prev.filter(|p| p.key == key).unwrap_or(seen);
+                            self.change(Change::Deleted {
+                                key,
+                                last_seen,
+                                revision: rev,
+                            });
+                        }
+                    }
+                }
+            }
+            self.revision = rev;
+        }
+        // Only a progress notification promises that nothing up to its
+        // revision is still to come.
+        if kind == MessageKind::Progress && header > self.revision {
+            self.revision = header;
+        }
+        self.backoff.reset();
+    }
+
+    fn on_closed(&mut self, now: Instant, stream: OpId, failure: Failure, ids: &mut OpIds) {
+        self.cmd(Command::CancelWatch { stream });
+        match failure {
+            Failure::Compacted(rev) => {
+                self.list(now, ListReason::Resync(Revision(rev)), ids);
+            }
+            other => self.retry(now, AttemptFailure::Etcd(other), Then::Resume),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! The one run loop every handle uses: feed the machine its inputs, execute
+//! its commands, hand its events to the handle's [`Host`], and sleep until
+//! its next deadline. Only this loop reads the clock.
+
+use std::future::Future;
+
+use coord_core::io::Completion;
+use coord_core::outbox::Output;
+use coord_core::{Instant, Machine};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::api::EtcdApi;
+use crate::clock::Clock;
+use crate::exec::{sleep_until, watch_completion, Executor, WatchDelivery};
+
+/// What a handle adds to the run loop: how user requests reach the machine,
+/// where its events go, and (for a watcher) backpressure.
+pub(crate) trait Host<M: Machine>: Send + 'static {
+    /// What the user's handles send to the loop.
+    type Request: Send + 'static;
+
+    /// Starts the machine (its first input).
+    fn start(&mut self, now: Instant, machine: &mut M);
+
+    /// A user request: feed it to the machine.
+    fn request(&mut self, now: Instant, machine: &mut M, request: Self::Request);
+
+    /// An event the machine emitted.
+    fn publish(&mut self, now: Instant, event: M::Event);
+
+    /// Called after the machine's outputs were drained (state changes are
+    /// published from here).
+    fn drained(&mut self, _machine: &M) {}
+
+    /// Every handle is gone: the loop ends after this.
+    fn orphaned(&mut self, _machine: &M) {}
+
+    /// The loop ended (the machine closed, or every handle is gone).
+    fn ended(&mut self, _machine: &M) {}
+
+    /// False while the host cannot take more watch messages: the streams
+    /// are then not read.
+    fn room(&self) -> bool {
+        true
+    }
+
+    /// Completes when the host delivered something to its user (a watcher
+    /// handing an event to a slow consumer); never, by default.
+    fn deliver(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+}
+
+/// Runs `machine` against `api` until it closes or every sender of
+/// `requests` is gone.
+pub(crate) async fn run<A, M, H>(
+    api: A,
+    mut machine: M,
+    mut host: H,
+    clock: Clock,
+    mut requests: mpsc::UnboundedReceiver<H::Request>,
+) where
+    A: EtcdApi,
+    M: Machine + Send,
+    H: Host<M>,
+{
+    let (done_tx, mut done) = mpsc::unbounded_channel::<Completion>();
+    let (watched_tx, mut watched) = mpsc::channel::<WatchDelivery>(1);
+    let mut exec = Executor::new(api, done_tx, watched_tx);
+    host.start(clock.now(), &mut machine);
+    loop {
+        while let Some(output) = machine.poll() {
+            match output {
+                Output::Command(c) => exec.execute(c),
+                Output::Event(e) => host.publish(clock.now(), e),
+            }
+        }
+        host.drained(&machine);
+        if machine.is_closed() {
+            break;
+        }
+        let deadline = machine.poll_timeout().map(|d| clock.to_runtime(d));
+        let room = host.room();
+        let input = tokio::select! {
+            biased;
+            Some(c) = done.recv() => {
+                exec.arrived(&c);
+                M::Input::from(c)
+            }
+            request = requests.recv() => match request {
+                Some(r) => {
+                    host.request(clock.now(), &mut machine, r);
+                    continue;
+                }
+                None => {
+                    host.orphaned(&machine);
+                    break;
+                }
+            },
+            () = host.deliver() => continue,
+            Some(m) = watched.recv(), if room => M::Input::from(watch_completion(m)),
+            () = sleep_until(deadline) => M::timeout_input(),
+        };
+        if let Err(e) = machine.handle(clock.now(), input) {
+            warn!(error = ?e, "input refused");
+        }
+    }
+    exec.abort_all();
+    host.ended(&machine);
+}
