@@ -32,6 +32,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod election;
 pub mod host_id;
 pub mod ids;
 pub mod io;
@@ -40,9 +41,11 @@ pub mod lease;
 pub mod liveness;
 pub mod machine;
 pub mod mirror;
+pub mod observer;
 pub mod outbox;
 pub mod outcome;
 pub mod rng;
+pub mod session;
 pub mod time;
 pub mod watcher;
 

@@ -333,6 +333,16 @@ impl Mirror {
         true
     }
 
+    /// Starts from a listing the owner read itself (it must hold every key
+    /// under the prefix at its revision). Only from idle.
+    pub(crate) fn start_from(&mut self, now: Instant, listing: Listing, ids: &mut OpIds) -> bool {
+        if self.state != State::Idle {
+            return false;
+        }
+        self.apply_listing(now, listing, ListReason::Initial, ids);
+        true
+    }
+
     /// Stops: cancels what is in flight. Idempotent.
     pub fn close(&mut self) {
         match std::mem::replace(&mut self.state, State::Closed) {
@@ -580,9 +590,12 @@ impl Mirror {
                 at: now + self.config.probe_interval,
             },
         };
+        // Everything up to here was reflected before this message; events
+        // of one revision (a lease revoke deleting several keys) all apply.
+        let reflected = self.revision;
         for ev in events {
             let rev = ev.revision();
-            if rev <= self.revision {
+            if rev <= reflected {
                 // Already reflected (a replay after a resume).
                 continue;
             }

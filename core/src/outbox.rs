@@ -33,6 +33,14 @@ pub(crate) struct OpIds {
 }
 
 impl OpIds {
+    /// An allocator whose ids all carry `slot`.
+    pub(crate) fn with_slot(slot: u64) -> Self {
+        OpIds {
+            base: slot << SLOT_SHIFT,
+            last: 0,
+        }
+    }
+
     /// A fresh op id.
     pub(crate) fn next(&mut self) -> OpId {
         self.last += 1;
@@ -56,10 +64,7 @@ impl<C, E> Outbox<C, E> {
     /// An outbox whose op ids all carry `slot`.
     pub(crate) fn with_slot(slot: u64) -> Self {
         Outbox {
-            ids: OpIds {
-                base: slot << SLOT_SHIFT,
-                last: 0,
-            },
+            ids: OpIds::with_slot(slot),
             queue: VecDeque::new(),
         }
     }

@@ -614,3 +614,36 @@ fn a_delete_whose_prev_kv_names_another_key_still_downs_the_deleted_host() {
     );
     assert_eq!(hosts(&m), vec!["b"]);
 }
+
+#[test]
+fn every_host_deleted_in_one_revision_goes_down() {
+    // One lease revoke (or transaction) deleting several keys makes one
+    // revision; the mirror once applied only the first of its events.
+    let mut m = watching();
+    message(
+        &mut m,
+        5,
+        2,
+        MessageKind::Events,
+        vec![
+            WatchEvent::Delete {
+                key: key("a"),
+                revision: Revision(11),
+                prev: Some(kv("a", "A", 3, 7)),
+            },
+            WatchEvent::Delete {
+                key: key("b"),
+                revision: Revision(11),
+                prev: Some(kv("b", "B", 4, 8)),
+            },
+        ],
+        11,
+    );
+    let downs = drain(&mut m)
+        .into_iter()
+        .filter(|o| matches!(o, Output::Event(Event::Down { .. })))
+        .count();
+    assert_eq!(downs, 2);
+    assert!(hosts(&m).is_empty());
+    assert_eq!(m.revision(), Revision(11));
+}

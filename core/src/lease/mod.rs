@@ -178,6 +178,9 @@ pub enum ConfigError {
     /// The attached key is empty.
     #[error("the key is empty")]
     EmptyKey,
+    /// Probe interval must be between 10 ms and one hour.
+    #[error("probe interval must be between 10 ms and 1 h, got {0:?}")]
+    ProbeIntervalOutOfRange(Duration),
     /// The backoff parameters are invalid.
     #[error(transparent)]
     Backoff(#[from] BackoffConfigError),
@@ -198,6 +201,9 @@ pub enum UsageError {
     /// An election id that does not exist (never made, or ended).
     #[error("no such election")]
     UnknownElection,
+    /// A campaign's id must be new: above every id used before, never 0.
+    #[error("election id {0} is 0 or already used")]
+    ElectionIdTaken(u64),
     /// This session already campaigns (or still cleans up a campaign) on
     /// the name: both would write the same key.
     #[error("this session already campaigns on {0}")]

@@ -1,0 +1,727 @@
+//! One campaign for the leadership of a name (or for a lock: the same
+//! queue), on a [`Session`](crate::session)'s lease. Key-compatible with
+//! etcd's Go `concurrency` package, so `etcdctl elect` and `etcdctl lock`
+//! queue with coord's candidates in both directions.
+//!
+//! Protocol:
+//! - The candidate's key is `<name><lease id in lowercase hex>` (`name`
+//!   ends with `/`), its value the candidate's, attached to the session's
+//!   lease. The leader is the key with the lowest create revision under
+//!   `name`; its create revision is the **fencing token**, strictly
+//!   increasing across successive leaders.
+//! - Joining is one transaction that creates the key only if absent and
+//!   reads the whole queue at the same revision, so a retry after an
+//!   unknown outcome finds its own key: `If(create(key) = 0) Then(Put(key),
+//!   Get(name*)) Else(Get(name*))`.
+//! - A **try** creates the key only if nobody is queued at all (a range
+//!   compare over the name): one round trip, and a loser leaves no key.
+//! - Queued and leading candidates mirror the queue (the shared
+//!   list-and-watch: resumed after broken streams, re-listed after
+//!   compaction). A candidate leads once no key with a lower create
+//!   revision is left; its own key disappearing (deleted by anyone) is a
+//!   loss, reported at once, as is the loss of the session's lease.
+//! - Leaving (resign, or a cancelled campaign) deletes the key, guarded by
+//!   its create revision when known, retried until etcd answers.
+//! - Proclaim and guarded transactions run only while the key still has
+//!   the token as its create revision; etcd refuses them otherwise
+//!   (`NotLeader`).
+//!
+//! A candidate is a part of its session, not a machine: the session lends
+//! it op ids, routes its completions and drains its outputs.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::backoff::{Backoff, BackoffConfig};
+use crate::ids::{FencingToken, Key, LeaseId, OpId, Revision};
+use crate::io::{
+    Command, Compare, CompareOp, CompareTarget, Completion, Get, Listing, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+use crate::kv::KeyValue;
+use crate::lease::LostReason;
+use crate::mirror::{Change, Mirror, MirrorConfig};
+use crate::outbox::{OpIds, Output};
+use crate::outcome::{AttemptFailure, Outcome, Retry};
+use crate::time::Instant;
+
+mod requests;
+
+/// Identifies one campaign within its session. Chosen by the caller,
+/// unique for the session's life, never 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct ElectionId(pub u64);
+
+/// How a campaign waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Mode {
+    /// Queue and wait until elected.
+    Wait,
+    /// One round trip: lead now if nobody is queued, else leave no key.
+    Try,
+}
+
+/// Why a candidate or leader lost its place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Loss {
+    /// Its key was deleted (by anyone: an operator, a guarded transaction
+    /// that found it gone, a compaction re-list that no longer shows it).
+    #[error("its key was deleted")]
+    KeyDeleted,
+    /// The session's lease was lost (its keys go with it).
+    #[error("the session's lease was lost: {0}")]
+    LeaseLost(LostReason),
+    /// The session was closed.
+    #[error("the session was closed")]
+    SessionClosed,
+}
+
+/// The answer to a proclaim or a guarded transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The leader's value was replaced.
+    Proclaimed,
+    /// The guarded transaction ran; its own result.
+    Txn(TxnResponse),
+    /// Refused: the caller does not lead (any more). Nothing was applied.
+    NotLeader,
+    /// The request failed or its outcome is unknown.
+    Failed(AttemptFailure),
+}
+
+/// What happened to a campaign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ElectionEvent {
+    /// Elected: the key has the lowest create revision under the name.
+    Elected {
+        /// The leader's key.
+        key: Key,
+        /// Its create revision.
+        token: FencingToken,
+    },
+    /// A try found someone queued: no key was left.
+    NotElected {
+        /// Who leads (the lowest create revision), if anyone.
+        leader: Option<KeyValue>,
+    },
+    /// The campaign or leadership ended against the candidate's will.
+    Lost {
+        /// Why.
+        reason: Loss,
+    },
+    /// Left on request (resign, cancel): the key is deleted (or goes with
+    /// the session's lease).
+    Left,
+    /// A proclaim or guarded transaction was answered.
+    Answered {
+        /// The caller's request id.
+        request: u64,
+        /// The answer.
+        answer: Answer,
+    },
+    /// A request failed and is retried at `next_at`.
+    Retrying(Retry),
+}
+
+/// Where a campaign is, as its session reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Waiting for the session to hold a lease.
+    Pending,
+    /// Joining the queue.
+    Joining,
+    /// Queued behind others.
+    Queued {
+        /// Its create revision.
+        token: FencingToken,
+    },
+    /// Leading.
+    Leading {
+        /// Its key.
+        key: Key,
+        /// Its create revision.
+        token: FencingToken,
+    },
+    /// Deleting its key.
+    Leaving,
+    /// Ended.
+    Done,
+}
+
+/// Parameters a session gives its candidates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContenderConfig {
+    pub(crate) request_timeout: Duration,
+    pub(crate) probe_interval: Duration,
+    pub(crate) backoff: BackoffConfig,
+    pub(crate) seed: u64,
+}
+
+/// The key a session's lease writes under `name`: Go's `%s%x`.
+pub fn candidate_key(name: &Key, lease: LeaseId) -> Key {
+    let hex = if lease.0 < 0 {
+        format!("-{:x}", lease.0.unsigned_abs())
+    } else {
+        format!("{:x}", lease.0)
+    };
+    Key([name.as_bytes(), hex.as_bytes()].concat())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaveStep {
+    InFlight { op: OpId, deadline: Instant },
+    RetryAt(Instant),
+}
+
+#[derive(Debug)]
+enum State {
+    Pending,
+    Joining {
+        op: OpId,
+        deadline: Instant,
+        lease: LeaseId,
+    },
+    Rejoin {
+        next_at: Instant,
+        lease: LeaseId,
+    },
+    Queued {
+        lease: LeaseId,
+        token: Revision,
+        mirror: Box<Mirror>,
+    },
+    Leading {
+        lease: LeaseId,
+        token: Revision,
+        mirror: Box<Mirror>,
+    },
+    Leaving {
+        key: Key,
+        token: Option<Revision>,
+        step: LeaveStep,
+    },
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Asked {
+    /// The user's proclaim of this value.
+    Proclaim(Vec<u8>),
+    /// The user's guarded transaction.
+    Txn,
+    /// Joining found the key holding another value: make it ours.
+    Refresh,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Request {
+    id: u64,
+    deadline: Instant,
+    asked: Asked,
+}
+
+/// One campaign. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Contender {
+    name: Key,
+    value: Vec<u8>,
+    mode: Mode,
+    config: ContenderConfig,
+    state: State,
+    backoff: Backoff,
+    requests: BTreeMap<OpId, Request>,
+    out: VecDeque<Output<Command, ElectionEvent>>,
+}
+
+impl Contender {
+    pub(crate) fn new(name: Key, value: Vec<u8>, mode: Mode, config: ContenderConfig) -> Self {
+        let backoff = Backoff::new(config.backoff.clone(), config.seed);
+        Contender {
+            name,
+            value,
+            mode,
+            config,
+            state: State::Pending,
+            backoff,
+            requests: BTreeMap::new(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// The name (ending with `/`).
+    pub(crate) fn name(&self) -> &Key {
+        &self.name
+    }
+
+    /// Where the campaign is.
+    pub(crate) fn standing(&self) -> Standing {
+        match &self.state {
+            State::Pending => Standing::Pending,
+            State::Joining { .. } | State::Rejoin { .. } => Standing::Joining,
+            State::Queued { token, .. } => Standing::Queued {
+                token: FencingToken(token.0),
+            },
+            State::Leading { lease, token, .. } => Standing::Leading {
+                key: candidate_key(&self.name, *lease),
+                token: FencingToken(token.0),
+            },
+            State::Leaving { .. } => Standing::Leaving,
+            State::Done => Standing::Done,
+        }
+    }
+
+    /// True once nothing is left to do or answer: the session forgets it.
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self.state, State::Done) && self.requests.is_empty()
+    }
+
+    /// The next command or event, in order.
+    pub(crate) fn next_output(&mut self) -> Option<Output<Command, ElectionEvent>> {
+        self.out.pop_front()
+    }
+
+    /// The next deadline.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let state = match &self.state {
+            State::Pending | State::Done => None,
+            State::Joining { deadline, .. } => Some(*deadline),
+            State::Rejoin { next_at, .. } => Some(*next_at),
+            State::Queued { mirror, .. } | State::Leading { mirror, .. } => mirror.poll_timeout(),
+            State::Leaving { step, .. } => Some(match step {
+                LeaveStep::InFlight { deadline, .. } => *deadline,
+                LeaveStep::RetryAt(at) => *at,
+            }),
+        };
+        let requests = self.requests.values().map(|r| r.deadline).min();
+        match (state, requests) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn cmd(&mut self, c: Command) {
+        self.out.push_back(Output::Command(c));
+    }
+
+    fn event(&mut self, e: ElectionEvent) {
+        self.out.push_back(Output::Event(e));
+    }
+
+    /// The session holds `lease`: a pending campaign joins the queue.
+    pub(crate) fn lease_ready(&mut self, now: Instant, lease: LeaseId, ids: &mut OpIds) {
+        if matches!(self.state, State::Pending) {
+            self.join(now, lease, ids);
+        }
+    }
+
+    /// The session's lease is lost: everything built on it is lost too (a
+    /// pending campaign waits for the next lease).
+    pub(crate) fn lease_lost(&mut self, reason: &LostReason) {
+        self.end(Loss::LeaseLost(reason.clone()));
+    }
+
+    /// The session closes: every campaign ends.
+    pub(crate) fn session_closing(&mut self) {
+        self.end(Loss::SessionClosed);
+    }
+
+    fn end(&mut self, loss: Loss) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Pending if !matches!(loss, Loss::SessionClosed) => self.state = State::Pending,
+            State::Pending => self.event(ElectionEvent::Lost { reason: loss }),
+            State::Joining { op, .. } => {
+                self.cmd(Command::Abandon { op });
+                self.event(ElectionEvent::Lost { reason: loss });
+            }
+            State::Rejoin { .. } => self.event(ElectionEvent::Lost { reason: loss }),
+            State::Queued { mirror, .. } | State::Leading { mirror, .. } => {
+                self.close_mirror(mirror);
+                self.event(ElectionEvent::Lost { reason: loss });
+            }
+            State::Leaving { step, .. } => {
+                // The lease's revoke (or expiry) deletes the key.
+                if let LeaveStep::InFlight { op, .. } = step {
+                    self.cmd(Command::Abandon { op });
+                }
+                self.event(ElectionEvent::Left);
+            }
+            State::Done => {}
+        }
+    }
+
+    fn close_mirror(&mut self, mut mirror: Box<Mirror>) {
+        mirror.close();
+        self.forward(&mut mirror);
+    }
+
+    /// Passes the mirror's commands on; returns its changes.
+    fn forward(&mut self, mirror: &mut Mirror) -> Vec<Change> {
+        let mut changes = Vec::new();
+        while let Some(o) = mirror.next_output() {
+            match o {
+                Output::Command(c) => self.cmd(c),
+                Output::Event(change) => changes.push(change),
+            }
+        }
+        changes
+    }
+
+    fn join(&mut self, now: Instant, lease: LeaseId, ids: &mut OpIds) {
+        let key = candidate_key(&self.name, lease);
+        let queue = TxnOp::Get(Get::prefix(self.name.clone()));
+        let compare = match self.mode {
+            Mode::Wait => Compare::create_revision(key.clone(), CompareOp::Equal, Revision(0)),
+            Mode::Try => Compare {
+                key: self.name.clone(),
+                prefix: true,
+                op: CompareOp::Equal,
+                target: CompareTarget::CreateRevision(Revision(0)),
+            },
+        };
+        let txn = Txn {
+            compares: vec![compare],
+            success: vec![
+                TxnOp::Put {
+                    key,
+                    value: self.value.clone(),
+                    lease,
+                },
+                queue.clone(),
+            ],
+            failure: vec![queue],
+        };
+        let op = ids.next();
+        self.cmd(Command::Txn { op, txn });
+        self.state = State::Joining {
+            op,
+            deadline: now + self.config.request_timeout,
+            lease,
+        };
+    }
+
+    fn retry_join(&mut self, now: Instant, lease: LeaseId, failure: AttemptFailure) {
+        let next_at = now + self.backoff.next_delay(failure.class());
+        self.event(ElectionEvent::Retrying(Retry {
+            attempt: self.backoff.attempt(),
+            next_at,
+            failure: Some(failure),
+        }));
+        self.state = State::Rejoin { next_at, lease };
+    }
+
+    /// Leave: cancel a campaign or resign. Idempotent.
+    pub(crate) fn leave(&mut self, now: Instant, ids: &mut OpIds) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Pending => self.event(ElectionEvent::Left),
+            State::Joining { op, lease, .. } => {
+                // The join may have landed: delete whatever is there.
+                self.cmd(Command::Abandon { op });
+                self.begin_leave(now, candidate_key(&self.name, lease), None, ids);
+            }
+            State::Rejoin { lease, .. } => {
+                self.begin_leave(now, candidate_key(&self.name, lease), None, ids);
+            }
+            State::Queued {
+                lease,
+                token,
+                mirror,
+            }
+            | State::Leading {
+                lease,
+                token,
+                mirror,
+            } => {
+                self.close_mirror(mirror);
+                self.begin_leave(now, candidate_key(&self.name, lease), Some(token), ids);
+            }
+            other @ (State::Leaving { .. } | State::Done) => self.state = other,
+        }
+    }
+
+    fn begin_leave(&mut self, now: Instant, key: Key, token: Option<Revision>, ids: &mut OpIds) {
+        let compares = token
+            .map(|t| Compare::create_revision(key.clone(), CompareOp::Equal, t))
+            .into_iter()
+            .collect();
+        let txn = Txn {
+            compares,
+            success: vec![TxnOp::Delete { key: key.clone() }],
+            failure: Vec::new(),
+        };
+        let op = ids.next();
+        self.cmd(Command::Txn { op, txn });
+        let deadline = now + self.config.request_timeout;
+        self.state = State::Leaving {
+            key,
+            token,
+            step: LeaveStep::InFlight { op, deadline },
+        };
+    }
+
+    /// The deadline from `poll_timeout` may have passed.
+    pub(crate) fn timeout(&mut self, now: Instant, ids: &mut OpIds) {
+        let late: Vec<OpId> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| now >= r.deadline)
+            .map(|(op, _)| *op)
+            .collect();
+        for op in late {
+            self.cmd(Command::Abandon { op });
+            self.answered(now, op, Outcome::Unknown);
+        }
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Joining {
+                op,
+                deadline,
+                lease,
+            } if now >= deadline => {
+                self.cmd(Command::Abandon { op });
+                self.retry_join(now, lease, AttemptFailure::Timeout);
+            }
+            State::Rejoin { next_at, lease } if now >= next_at => self.join(now, lease, ids),
+            State::Queued {
+                lease,
+                token,
+                mut mirror,
+            } => {
+                mirror.timeout(now, ids);
+                self.after_mirror(now, lease, token, mirror, false);
+            }
+            State::Leading {
+                lease,
+                token,
+                mut mirror,
+            } => {
+                mirror.timeout(now, ids);
+                self.after_mirror(now, lease, token, mirror, true);
+            }
+            State::Leaving {
+                key,
+                token,
+                step: LeaveStep::InFlight { op, deadline },
+            } if now >= deadline => {
+                self.cmd(Command::Abandon { op });
+                self.leave_failed(now, key, token, AttemptFailure::Timeout);
+            }
+            State::Leaving {
+                key,
+                token,
+                step: LeaveStep::RetryAt(at),
+            } if now >= at => self.begin_leave(now, key, token, ids),
+            other => self.state = other,
+        }
+    }
+
+    fn leave_failed(
+        &mut self,
+        now: Instant,
+        key: Key,
+        token: Option<Revision>,
+        failure: AttemptFailure,
+    ) {
+        let next_at = now + self.backoff.next_delay(failure.class());
+        self.event(ElectionEvent::Retrying(Retry {
+            attempt: self.backoff.attempt(),
+            next_at,
+            failure: Some(failure),
+        }));
+        self.state = State::Leaving {
+            key,
+            token,
+            step: LeaveStep::RetryAt(next_at),
+        };
+    }
+
+    /// A completion routed to this campaign.
+    pub(crate) fn io(&mut self, now: Instant, c: Completion, ids: &mut OpIds) {
+        if let Completion::Txn { op, outcome } = c {
+            if self.requests.contains_key(&op) {
+                return self.answered(now, op, outcome);
+            }
+            return self.on_txn(now, op, outcome, ids);
+        }
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Queued {
+                lease,
+                token,
+                mut mirror,
+            } => {
+                // Anything that is not the mirror's is stale.
+                let _ = mirror.io(now, c, ids);
+                self.after_mirror(now, lease, token, mirror, false);
+            }
+            State::Leading {
+                lease,
+                token,
+                mut mirror,
+            } => {
+                let _ = mirror.io(now, c, ids);
+                self.after_mirror(now, lease, token, mirror, true);
+            }
+            other => self.state = other,
+        }
+    }
+
+    fn on_txn(&mut self, now: Instant, op: OpId, outcome: Outcome<TxnResponse>, ids: &mut OpIds) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Joining {
+                op: want, lease, ..
+            } if want == op => match outcome {
+                Outcome::Ok(resp) => self.joined(now, lease, resp, ids),
+                // The lease is gone: the session will learn it and hand a
+                // new one; the campaign waits for it.
+                Outcome::Err(crate::Failure::LeaseNotFound) => self.state = State::Pending,
+                failed => {
+                    let why = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
+                    self.retry_join(now, lease, why);
+                }
+            },
+            State::Leaving {
+                key,
+                token,
+                step: LeaveStep::InFlight { op: want, .. },
+            } if want == op => match outcome {
+                Outcome::Ok(_) => {
+                    self.backoff.reset();
+                    self.event(ElectionEvent::Left);
+                }
+                failed => {
+                    let why = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
+                    self.leave_failed(now, key, token, why);
+                }
+            },
+            other => self.state = other,
+        }
+    }
+
+    /// The join transaction answered: place the campaign in the queue.
+    fn joined(&mut self, now: Instant, lease: LeaseId, resp: TxnResponse, ids: &mut OpIds) {
+        self.backoff.reset();
+        let index = usize::from(resp.succeeded);
+        let kvs = resp
+            .kvs(index)
+            .map(<[KeyValue]>::to_vec)
+            .unwrap_or_default();
+        let key = candidate_key(&self.name, lease);
+        let lowest = kvs.iter().min_by_key(|kv| kv.create_revision).cloned();
+        let mine = kvs.iter().find(|kv| kv.key == key).cloned();
+        let mine = match (self.mode, mine) {
+            (Mode::Try, Some(kv)) if lowest.as_ref() != Some(&kv) => {
+                // Ours, from an earlier attempt, but not first: leave it.
+                self.event(ElectionEvent::NotElected { leader: lowest });
+                self.begin_leave(now, key, Some(kv.create_revision), ids);
+                return;
+            }
+            (Mode::Try, None) => {
+                self.event(ElectionEvent::NotElected { leader: lowest });
+                self.state = State::Done;
+                return;
+            }
+            (_, Some(kv)) => kv,
+            (Mode::Wait, None) => {
+                // The transaction created or found the key, yet the read in
+                // it does not show it: never from etcd. Join again.
+                let why = AttemptFailure::Etcd(crate::Failure::Other(
+                    "the queue read did not show the candidate's key".into(),
+                ));
+                self.retry_join(now, lease, why);
+                return;
+            }
+        };
+        let token = mine.create_revision;
+        let mut mirror = match Mirror::new(self.mirror_config()) {
+            Ok(m) => Box::new(m),
+            Err(e) => {
+                // The session validated these parameters: never.
+                let why = AttemptFailure::Etcd(crate::Failure::Other(e.to_string()));
+                self.retry_join(now, lease, why);
+                return;
+            }
+        };
+        let listing = Listing {
+            kvs,
+            revision: resp.revision,
+        };
+        mirror.start_from(now, listing, ids);
+        if mine.value != self.value {
+            // An earlier campaign of this session left another value.
+            let txn = self.guarded_put(lease, token, self.value.clone());
+            self.send_request(now, 0, Asked::Refresh, txn, ids);
+        }
+        self.after_mirror(now, lease, token, mirror, false);
+    }
+
+    fn mirror_config(&self) -> MirrorConfig {
+        MirrorConfig {
+            request_timeout: self.config.request_timeout,
+            probe_interval: self.config.probe_interval,
+            backoff: self.config.backoff.clone(),
+            seed: self.config.seed,
+            ..MirrorConfig::new(self.name.clone(), self.config.seed)
+        }
+    }
+
+    /// Looks at what the mirror saw: a lost key ends the campaign; no
+    /// predecessor left elects it.
+    fn after_mirror(
+        &mut self,
+        _now: Instant,
+        lease: LeaseId,
+        token: Revision,
+        mut mirror: Box<Mirror>,
+        leading: bool,
+    ) {
+        let key = candidate_key(&self.name, lease);
+        let mut lost = false;
+        for change in self.forward(&mut mirror) {
+            match change {
+                Change::Deleted { key: k, .. } if k == key => lost = true,
+                Change::Put { kv, .. } if kv.key == key && kv.create_revision != token => {
+                    lost = true
+                }
+                Change::Retrying(retry) => self.event(ElectionEvent::Retrying(retry)),
+                _ => {}
+            }
+        }
+        if lost || mirror.is_closed() {
+            self.close_mirror(mirror);
+            self.event(ElectionEvent::Lost {
+                reason: Loss::KeyDeleted,
+            });
+            self.state = State::Done;
+            return;
+        }
+        let first = !mirror.view().values().any(|kv| kv.create_revision < token);
+        if first && !leading {
+            self.event(ElectionEvent::Elected {
+                key,
+                token: FencingToken(token.0),
+            });
+        }
+        self.state = if first {
+            State::Leading {
+                lease,
+                token,
+                mirror,
+            }
+        } else {
+            State::Queued {
+                lease,
+                token,
+                mirror,
+            }
+        };
+    }
+}
+
+/// What a caller asks of a leader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskedBy {
+    /// Replace the leader's value.
+    Proclaim(Vec<u8>),
+    /// Run this transaction only while leading.
+    Txn(Txn),
+}

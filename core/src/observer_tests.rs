@@ -1,0 +1,165 @@
+use super::*;
+use crate::ids::{LeaseId, OpId};
+use crate::io::{Get, Listing, MessageKind, RangeRequest};
+use crate::kv::WatchEvent;
+use crate::outcome::Outcome;
+
+fn t(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+fn kv(tail: &str, value: &str, create: i64) -> KeyValue {
+    KeyValue {
+        key: Key(format!("/e/{tail}").into_bytes()),
+        value: value.as_bytes().to_vec(),
+        create_revision: Revision(create),
+        mod_revision: Revision(create),
+        lease: LeaseId(1),
+    }
+}
+
+fn leader(kv: &KeyValue) -> Option<Leader> {
+    Some(Leader {
+        key: kv.key.clone(),
+        value: kv.value.clone(),
+        token: FencingToken(kv.create_revision.0),
+    })
+}
+
+fn events(o: &mut Observer) -> Vec<Event> {
+    std::iter::from_fn(|| o.poll())
+        .filter_map(|out| match out {
+            outbox::Output::Event(e) => Some(e),
+            outbox::Output::Command(_) => None,
+        })
+        .collect()
+}
+
+fn message(o: &mut Observer, now: u64, events: Vec<WatchEvent>, rev: i64) {
+    o.handle(
+        t(now),
+        Input::Io(Completion::WatchMessage {
+            stream: OpId(2),
+            kind: MessageKind::Events,
+            events,
+            revision: Revision(rev),
+        }),
+    )
+    .unwrap();
+}
+
+fn del(kv: &KeyValue, rev: i64) -> WatchEvent {
+    WatchEvent::Delete {
+        key: kv.key.clone(),
+        revision: Revision(rev),
+        prev: Some(kv.clone()),
+    }
+}
+
+fn put(kv: KeyValue) -> WatchEvent {
+    WatchEvent::Put { kv, prev: None }
+}
+
+#[test]
+fn every_change_of_leader_is_reported_including_none() {
+    let mut o = Observer::new(MirrorConfig::new(Key(b"/e/".to_vec()), 1)).unwrap();
+    o.handle(t(0), Input::Start).unwrap();
+    let cmds: Vec<_> = std::iter::from_fn(|| o.poll()).collect();
+    assert_eq!(
+        cmds,
+        vec![outbox::Output::Command(Command::Range {
+            op: OpId(1),
+            request: RangeRequest {
+                get: Get::prefix(Key(b"/e/".to_vec())),
+                consistency: crate::io::Consistency::Linearizable,
+            }
+        })]
+    );
+    let (a, b, c) = (kv("a", "A", 5), kv("b", "B", 7), kv("c", "C", 12));
+    o.handle(
+        t(1),
+        Input::Io(Completion::Listed {
+            op: OpId(1),
+            outcome: Outcome::Ok(Listing {
+                kvs: vec![b.clone(), a.clone()],
+                revision: Revision(10),
+            }),
+        }),
+    )
+    .unwrap();
+    assert_eq!(
+        events(&mut o),
+        vec![Event::Leader {
+            leader: leader(&a),
+            revision: Revision(10)
+        }]
+    );
+    // A new candidate behind: nothing. The leader proclaims: reported.
+    message(&mut o, 2, vec![put(c.clone())], 12);
+    assert!(events(&mut o).is_empty());
+    let a2 = KeyValue {
+        value: b"A2".to_vec(),
+        mod_revision: Revision(13),
+        ..a.clone()
+    };
+    message(&mut o, 3, vec![put(a2.clone())], 13);
+    assert_eq!(
+        events(&mut o),
+        vec![Event::Leader {
+            leader: leader(&a2),
+            revision: Revision(13)
+        }]
+    );
+    // Two successions in one message: each is reported, in order.
+    message(&mut o, 4, vec![del(&a2, 14), del(&b, 15)], 15);
+    assert_eq!(
+        events(&mut o),
+        vec![
+            Event::Leader {
+                leader: leader(&b),
+                revision: Revision(14)
+            },
+            Event::Leader {
+                leader: leader(&c),
+                revision: Revision(15)
+            }
+        ]
+    );
+    message(&mut o, 5, vec![del(&c, 16)], 16);
+    assert_eq!(
+        events(&mut o),
+        vec![Event::Leader {
+            leader: None,
+            revision: Revision(16)
+        }]
+    );
+}
+
+#[test]
+fn deletions_in_one_revision_never_report_a_leader_that_never_led() {
+    let mut o = Observer::new(MirrorConfig::new(Key(b"/e/".to_vec()), 1)).unwrap();
+    o.handle(t(0), Input::Start).unwrap();
+    let _ = events(&mut o);
+    let (a, b, c) = (kv("a", "A", 5), kv("b", "B", 7), kv("c", "C", 9));
+    o.handle(
+        t(1),
+        Input::Io(Completion::Listed {
+            op: OpId(1),
+            outcome: Outcome::Ok(Listing {
+                kvs: vec![a.clone(), b.clone(), c.clone()],
+                revision: Revision(10),
+            }),
+        }),
+    )
+    .unwrap();
+    let _ = events(&mut o);
+    // One lease revoke deletes a and b at revision 11: b never led.
+    message(&mut o, 2, vec![del(&a, 11), del(&b, 11)], 11);
+    assert_eq!(
+        events(&mut o),
+        vec![Event::Leader {
+            leader: leader(&c),
+            revision: Revision(11)
+        }]
+    );
+}

@@ -1,0 +1,462 @@
+//! `Session`: one lease, kept alive by the [lease engine](crate::lease),
+//! shared by any number of campaigns (elections and locks) — a pool of
+//! elections is one session, so keep-alive load does not grow with names.
+//!
+//! The session routes inputs to its parts, as str0m's `Rtc` does: the
+//! engine's completions by their op's slot, each campaign's by a table of
+//! the ops it issued, and it reports the soonest of its parts' deadlines.
+//!
+//! When the lease is lost (TTL 0, not found, or its deadline passed), every
+//! queued or leading campaign gets `Lost` at once, the old lease is revoked
+//! until etcd confirms (its keys must not block anyone) and a new lease is
+//! granted for later campaigns: a dead lease is never handed out. A
+//! campaign asked for while the session has no lease waits for the next
+//! one. Close ends every campaign, then revokes the lease.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::backoff::BackoffConfig;
+use crate::election::{
+    AskedBy, Contender, ContenderConfig, ElectionEvent, ElectionId, Mode, Standing,
+};
+use crate::ids::{Key, LeaseId, OpId};
+use crate::io::{Command, Completion, Txn};
+use crate::lease::{self, ConfigError, LeaseConfig, LeaseEngine, LeaseState, OnLoss, UsageError};
+use crate::machine::Machine;
+use crate::outbox::{self, slot_of, OpIds, SLOT_SHIFT};
+use crate::time::Instant;
+use crate::StartPolicy;
+
+/// Configuration of a [`Session`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct SessionConfig {
+    /// Lease TTL asked for (etcd may grant more). Default 10 s.
+    pub ttl: Duration,
+    /// Keep-alive interval, below the TTL. Default TTL/3.
+    pub refresh: Duration,
+    /// Deadline of every request. Default 5 s.
+    pub request_timeout: Duration,
+    /// How long a campaign's queue watch may stay quiet before it is probed.
+    /// Default 10 s.
+    pub probe_interval: Duration,
+    /// Pacing of retries.
+    pub backoff: BackoffConfig,
+    /// Seed of the jitter PRNGs.
+    pub seed: u64,
+    /// What a failed first lease grant does.
+    pub start: StartPolicy,
+}
+
+impl SessionConfig {
+    /// coord's defaults.
+    pub fn new(seed: u64) -> Self {
+        let lease = LeaseConfig::new(seed);
+        SessionConfig {
+            ttl: lease.ttl,
+            refresh: lease.refresh,
+            request_timeout: lease.request_timeout,
+            probe_interval: Duration::from_secs(10),
+            backoff: lease.backoff,
+            seed,
+            start: lease.start,
+        }
+    }
+
+    /// The lease engine's config: nothing attached, replaced on loss.
+    pub fn lease(&self) -> LeaseConfig {
+        LeaseConfig {
+            ttl: self.ttl,
+            refresh: self.refresh,
+            request_timeout: self.request_timeout,
+            backoff: self.backoff.clone(),
+            seed: self.seed,
+            start: self.start,
+            attach: None,
+            on_loss: OnLoss::Replace,
+        }
+    }
+
+    /// Checks every parameter.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.lease().validate()?;
+        if self.probe_interval < Duration::from_millis(10)
+            || self.probe_interval > Duration::from_secs(3600)
+        {
+            return Err(ConfigError::ProbeIntervalOutOfRange(self.probe_interval));
+        }
+        Ok(())
+    }
+}
+
+/// Everything that can happen to a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Begin: grant the lease.
+    Start,
+    /// End every campaign and revoke the lease. Idempotent.
+    Close,
+    /// `poll_timeout()` passed.
+    Timeout,
+    /// A request or stream answered.
+    Io(Completion),
+    /// Campaign for `name` (a key prefix ending with `/`) with `value`.
+    Campaign {
+        /// The caller's id for it: unique, never 0.
+        id: ElectionId,
+        /// The election's key prefix, ending with `/`.
+        name: Key,
+        /// The candidate's value.
+        value: Vec<u8>,
+        /// Wait, or try once.
+        mode: Mode,
+    },
+    /// Leave: cancel the campaign, or resign the leadership.
+    Leave {
+        /// Which.
+        id: ElectionId,
+    },
+    /// Replace the leader's value (only while leading).
+    Proclaim {
+        /// Which election.
+        id: ElectionId,
+        /// The caller's id for the answer.
+        request: u64,
+        /// The new value.
+        value: Vec<u8>,
+    },
+    /// Run `txn` only while leading.
+    Txn {
+        /// Which election.
+        id: ElectionId,
+        /// The caller's id for the answer.
+        request: u64,
+        /// The transaction.
+        txn: Txn,
+    },
+}
+
+impl From<Completion> for Input {
+    fn from(c: Completion) -> Self {
+        Input::Io(c)
+    }
+}
+
+/// What a session tells its user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// About the session's lease.
+    Lease(lease::Event),
+    /// About one campaign.
+    Election {
+        /// Which.
+        id: ElectionId,
+        /// What.
+        event: ElectionEvent,
+    },
+}
+
+/// What `poll` yields.
+pub type Output = outbox::Output<Command, Event>;
+
+/// The session machine. See the module docs.
+#[derive(Debug)]
+pub struct Session {
+    config: SessionConfig,
+    engine: LeaseEngine,
+    /// Op ids of every campaign (slot 1), and which campaign issued each.
+    ids: OpIds,
+    routes: BTreeMap<OpId, ElectionId>,
+    elections: BTreeMap<ElectionId, Contender>,
+    /// Every id ever used (ids are never reused).
+    used: u64,
+    out: VecDeque<Output>,
+}
+
+impl Session {
+    /// A session for `config`. Nothing happens until `Input::Start`.
+    pub fn new(config: SessionConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let engine = LeaseEngine::new(config.lease(), 0)?;
+        Ok(Session {
+            config,
+            engine,
+            ids: OpIds::with_slot(1),
+            routes: BTreeMap::new(),
+            elections: BTreeMap::new(),
+            used: 0,
+            out: VecDeque::new(),
+        })
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    /// The lease's state.
+    pub fn state(&self) -> LeaseState {
+        self.engine.state()
+    }
+
+    /// The lease held, only while registered.
+    pub fn lease(&self) -> Option<LeaseId> {
+        self.engine.lease()
+    }
+
+    /// While the lease is held: until when it provably lives.
+    pub fn expires_at(&self) -> Option<Instant> {
+        self.engine.expires_at()
+    }
+
+    /// Where a campaign is (`Done` once it is over and forgotten).
+    pub fn standing(&self, id: ElectionId) -> Standing {
+        self.elections
+            .get(&id)
+            .map_or(Standing::Done, Contender::standing)
+    }
+
+    /// Campaigns not yet over.
+    pub fn elections(&self) -> usize {
+        self.elections.len()
+    }
+
+    /// True once closed (terminal).
+    pub fn is_closed(&self) -> bool {
+        self.engine.is_closed() && self.elections.is_empty()
+    }
+
+    /// The next command or event.
+    #[must_use]
+    pub fn poll(&mut self) -> Option<Output> {
+        self.out.pop_front()
+    }
+
+    /// The soonest deadline of the lease and of every campaign.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.elections
+            .values()
+            .filter_map(Contender::poll_timeout)
+            .chain(self.engine.poll_timeout())
+            .min()
+    }
+
+    /// Feeds one input.
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+        let result = self.route(now, input);
+        self.drain(now);
+        result
+    }
+
+    fn route(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+        match input {
+            Input::Start => self.engine.handle(now, lease::Input::Start)?,
+            Input::Close => {
+                for c in self.elections.values_mut() {
+                    c.session_closing();
+                }
+                self.engine.handle(now, lease::Input::Close)?;
+            }
+            Input::Timeout => {
+                self.engine.handle(now, lease::Input::Timeout)?;
+                for c in self.elections.values_mut() {
+                    if c.poll_timeout().is_some_and(|d| d <= now) {
+                        c.timeout(now, &mut self.ids);
+                    }
+                }
+            }
+            Input::Io(c) => self.io(now, c)?,
+            Input::Campaign {
+                id,
+                name,
+                value,
+                mode,
+            } => self.campaign(now, id, name, value, mode)?,
+            Input::Leave { id } => {
+                let (c, ids) = self.election(id)?;
+                c.leave(now, ids);
+            }
+            Input::Proclaim { id, request, value } => {
+                let (c, ids) = self.election(id)?;
+                c.ask(now, request, AskedBy::Proclaim(value), ids);
+            }
+            Input::Txn { id, request, txn } => {
+                let (c, ids) = self.election(id)?;
+                c.ask(now, request, AskedBy::Txn(txn), ids);
+            }
+        }
+        Ok(())
+    }
+
+    /// A campaign, and the op ids it may use.
+    fn election(&mut self, id: ElectionId) -> Result<(&mut Contender, &mut OpIds), UsageError> {
+        let c = self
+            .elections
+            .get_mut(&id)
+            .ok_or(UsageError::UnknownElection)?;
+        Ok((c, &mut self.ids))
+    }
+
+    fn io(&mut self, now: Instant, c: Completion) -> Result<(), UsageError> {
+        let op = c.op();
+        if slot_of(op) == 0 {
+            return self.engine.handle(now, lease::Input::Io(c));
+        }
+        let Some(id) = self.routes.get(&op).copied() else {
+            // A stale answer for a campaign that is over.
+            return Ok(());
+        };
+        if ends_op(&c) {
+            self.routes.remove(&op);
+        }
+        if let Some(contender) = self.elections.get_mut(&id) {
+            contender.io(now, c, &mut self.ids);
+        }
+        Ok(())
+    }
+
+    fn campaign(
+        &mut self,
+        now: Instant,
+        id: ElectionId,
+        name: Key,
+        value: Vec<u8>,
+        mode: Mode,
+    ) -> Result<(), UsageError> {
+        if matches!(
+            self.engine.state(),
+            LeaseState::Closing | LeaseState::Closed { .. }
+        ) {
+            return Err(UsageError::Closed);
+        }
+        if id.0 == 0 || id.0 <= self.used {
+            return Err(UsageError::ElectionIdTaken(id.0));
+        }
+        if self.elections.values().any(|c| *c.name() == name) {
+            return Err(UsageError::AlreadyCampaigning(name));
+        }
+        self.used = id.0;
+        let config = ContenderConfig {
+            request_timeout: self.config.request_timeout,
+            probe_interval: self.config.probe_interval,
+            backoff: self.config.backoff.clone(),
+            seed: self.config.seed ^ id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        };
+        let mut contender = Contender::new(name, value, mode, config);
+        if let Some(lease) = self.engine.lease() {
+            contender.lease_ready(now, lease, &mut self.ids);
+        }
+        self.elections.insert(id, contender);
+        Ok(())
+    }
+
+    /// Moves the parts' outputs to the session's queue: the engine's first
+    /// (a lease event concerns every campaign), then each campaign's,
+    /// recording which campaign issued each op; forgets finished
+    /// campaigns.
+    fn drain(&mut self, now: Instant) {
+        while let Some(o) = self.engine.poll() {
+            match o {
+                outbox::Output::Command(c) => self.out.push_back(outbox::Output::Command(c)),
+                outbox::Output::Event(e) => {
+                    match &e {
+                        lease::Event::Registered { lease, .. }
+                        | lease::Event::Reregistered { lease, .. } => {
+                            for c in self.elections.values_mut() {
+                                c.lease_ready(now, *lease, &mut self.ids);
+                            }
+                        }
+                        lease::Event::Lost { reason, .. } => {
+                            for c in self.elections.values_mut() {
+                                c.lease_lost(reason);
+                            }
+                        }
+                        lease::Event::StartFailed { .. } | lease::Event::Closed { .. } => {
+                            // No lease will come: nothing can wait for one.
+                            for c in self.elections.values_mut() {
+                                c.session_closing();
+                            }
+                        }
+                        lease::Event::KeepAliveInterrupted { .. } | lease::Event::Retrying(_) => {}
+                    }
+                    self.out.push_back(outbox::Output::Event(Event::Lease(e)));
+                }
+            }
+        }
+        for (id, c) in self.elections.iter_mut() {
+            while let Some(o) = c.next_output() {
+                match o {
+                    outbox::Output::Command(cmd) => {
+                        match &cmd {
+                            c if c.starts_op() => {
+                                self.routes.insert(c.op(), *id);
+                            }
+                            Command::Abandon { op } | Command::CancelWatch { stream: op } => {
+                                self.routes.remove(op);
+                            }
+                            _ => {}
+                        }
+                        self.out.push_back(outbox::Output::Command(cmd));
+                    }
+                    outbox::Output::Event(event) => self
+                        .out
+                        .push_back(outbox::Output::Event(Event::Election { id: *id, event })),
+                }
+            }
+        }
+        let finished: Vec<ElectionId> = self
+            .elections
+            .iter()
+            .filter(|(_, c)| c.is_finished())
+            .map(|(id, _)| *id)
+            .collect();
+        if !finished.is_empty() {
+            for id in &finished {
+                self.elections.remove(id);
+            }
+            self.routes.retain(|_, id| !finished.contains(id));
+        }
+    }
+}
+
+/// True for a completion after which its op says nothing more.
+fn ends_op(c: &Completion) -> bool {
+    !matches!(
+        c,
+        Completion::KeepAliveReply { .. } | Completion::WatchMessage { .. }
+    )
+}
+
+/// The first op id of the campaigns' slot (for tests and fuzzing).
+pub const CAMPAIGN_OPS: u64 = 1 << SLOT_SHIFT;
+
+impl Machine for Session {
+    type Input = Input;
+    type Event = Event;
+    type Error = UsageError;
+
+    fn timeout_input() -> Input {
+        Input::Timeout
+    }
+
+    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+        Session::handle(self, now, input)
+    }
+
+    fn poll(&mut self) -> Option<Output> {
+        Session::poll(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Session::poll_timeout(self)
+    }
+
+    fn is_closed(&self) -> bool {
+        Session::is_closed(self)
+    }
+}
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

@@ -1,0 +1,782 @@
+use std::time::Duration;
+
+use super::*;
+use crate::election::{Answer, Loss};
+use crate::ids::{FencingToken, Revision};
+use crate::io::{
+    Compare, CompareOp, CompareTarget, Get, Granted, TxnOp, TxnOpResponse, TxnResponse,
+};
+use crate::kv::{KeyValue, WatchEvent};
+use crate::lease::{LostReason, RevokeOutcome};
+use crate::outcome::{AttemptFailure, Failure, Outcome, Retry};
+
+const LEASE: LeaseId = LeaseId(0x70);
+const LEASE2: LeaseId = LeaseId(0x71);
+const NAME: &[u8] = b"/e/";
+
+fn t(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+fn name() -> Key {
+    Key(NAME.to_vec())
+}
+
+fn key_of(lease: LeaseId) -> Key {
+    crate::election::candidate_key(&name(), lease)
+}
+
+fn kv(lease: LeaseId, value: &str, create: i64) -> KeyValue {
+    KeyValue {
+        key: key_of(lease),
+        value: value.as_bytes().to_vec(),
+        create_revision: Revision(create),
+        mod_revision: Revision(create),
+        lease,
+    }
+}
+
+fn drain(s: &mut Session) -> Vec<Output> {
+    std::iter::from_fn(|| s.poll()).collect()
+}
+
+fn events(out: &[Output]) -> Vec<Event> {
+    out.iter()
+        .filter_map(|o| match o {
+            outbox::Output::Event(e) => Some(e.clone()),
+            outbox::Output::Command(_) => None,
+        })
+        .collect()
+}
+
+fn commands(out: &[Output]) -> Vec<Command> {
+    out.iter()
+        .filter_map(|o| match o {
+            outbox::Output::Command(c) => Some(c.clone()),
+            outbox::Output::Event(_) => None,
+        })
+        .collect()
+}
+
+/// The only transaction among `out`.
+fn the_txn(out: &[Output]) -> (OpId, Txn) {
+    let txns: Vec<(OpId, Txn)> = commands(out)
+        .into_iter()
+        .filter_map(|c| match c {
+            Command::Txn { op, txn } => Some((op, txn)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(txns.len(), 1, "{out:?}");
+    txns[0].clone()
+}
+
+fn io(s: &mut Session, now: u64, c: Completion) {
+    s.handle(t(now), Input::Io(c)).unwrap();
+}
+
+fn config() -> SessionConfig {
+    let mut c = SessionConfig::new(3);
+    c.ttl = Duration::from_secs(9);
+    c.refresh = Duration::from_secs(3);
+    c.request_timeout = Duration::from_secs(2);
+    c
+}
+
+/// A session holding LEASE at t=3 (ops 1: grant, 2: keep-alive stream).
+fn session() -> Session {
+    let mut s = Session::new(config()).unwrap();
+    s.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut s);
+    io(
+        &mut s,
+        1,
+        Completion::Granted {
+            op: OpId(1),
+            outcome: Outcome::Ok(Granted {
+                lease: LEASE,
+                ttl_secs: 9,
+            }),
+        },
+    );
+    assert_eq!(
+        commands(&drain(&mut s)),
+        vec![Command::OpenKeepAlive {
+            op: OpId(2),
+            lease: LEASE
+        }]
+    );
+    io(
+        &mut s,
+        3,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 9,
+        },
+    );
+    let _ = drain(&mut s);
+    assert_eq!(s.lease(), Some(LEASE));
+    s
+}
+
+fn campaign(s: &mut Session, now: u64, id: u64, mode: Mode) -> Vec<Output> {
+    s.handle(
+        t(now),
+        Input::Campaign {
+            id: ElectionId(id),
+            name: name(),
+            value: b"me".to_vec(),
+            mode,
+        },
+    )
+    .unwrap();
+    drain(s)
+}
+
+/// The answer to a join: `succeeded`, then the queue as read in it.
+fn joined(op: OpId, succeeded: bool, queue: Vec<KeyValue>, revision: i64) -> Completion {
+    let mut responses = Vec::new();
+    if succeeded {
+        responses.push(TxnOpResponse::Put);
+    }
+    responses.push(TxnOpResponse::Get(queue));
+    Completion::Txn {
+        op,
+        outcome: Outcome::Ok(TxnResponse {
+            succeeded,
+            revision: Revision(revision),
+            responses,
+        }),
+    }
+}
+
+fn election_events(out: &[Output], id: u64) -> Vec<ElectionEvent> {
+    events(out)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Election { id: i, event } if i == ElectionId(id) => Some(event),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The watch a queued or leading campaign opened.
+fn the_watch(out: &[Output]) -> (OpId, Revision) {
+    commands(out)
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Watch {
+                op,
+                key,
+                prefix: true,
+                start_revision,
+            } if key == name() => Some((op, start_revision)),
+            _ => None,
+        })
+        .expect("a watch of the queue")
+}
+
+fn deleted(stream: OpId, kv: KeyValue, revision: i64) -> Completion {
+    Completion::WatchMessage {
+        stream,
+        kind: crate::io::MessageKind::Events,
+        events: vec![WatchEvent::Delete {
+            key: kv.key.clone(),
+            revision: Revision(revision),
+            prev: Some(kv),
+        }],
+        revision: Revision(revision),
+    }
+}
+
+#[test]
+fn candidate_keys_are_go_concurrency_keys() {
+    assert_eq!(key_of(LeaseId(0x694d_7a0b_1c2d)).0, b"/e/694d7a0b1c2d");
+    // Go prints a negative int64 with %x as a signed number.
+    assert_eq!(key_of(LeaseId(-255)).0, b"/e/-ff");
+}
+
+#[test]
+fn a_first_candidate_joins_in_one_transaction_and_leads() {
+    let mut s = session();
+    let out = campaign(&mut s, 10, 1, Mode::Wait);
+    let (op, txn) = the_txn(&out);
+    assert_eq!(
+        op.0 >> crate::outbox::SLOT_SHIFT,
+        1,
+        "campaign ops use slot 1"
+    );
+    // Create the key only if absent (a retry finds its own), and read the
+    // queue in the same revision.
+    assert_eq!(
+        txn.compares,
+        vec![Compare::create_revision(
+            key_of(LEASE),
+            CompareOp::Equal,
+            Revision(0)
+        )]
+    );
+    assert_eq!(
+        txn.success,
+        vec![
+            TxnOp::Put {
+                key: key_of(LEASE),
+                value: b"me".to_vec(),
+                lease: LEASE
+            },
+            TxnOp::Get(Get::prefix(name()))
+        ]
+    );
+    assert_eq!(txn.failure, vec![TxnOp::Get(Get::prefix(name()))]);
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::Elected {
+            key: key_of(LEASE),
+            token: FencingToken(20)
+        }]
+    );
+    assert_eq!(the_watch(&out).1, Revision(21));
+    assert_eq!(
+        s.standing(ElectionId(1)),
+        Standing::Leading {
+            key: key_of(LEASE),
+            token: FencingToken(20)
+        }
+    );
+}
+
+#[test]
+fn a_queued_candidate_leads_once_every_predecessor_is_gone() {
+    let mut s = session();
+    let out = campaign(&mut s, 10, 1, Mode::Wait);
+    let (op, _) = the_txn(&out);
+    let first = kv(LeaseId(0x10), "a", 5);
+    let second = kv(LeaseId(0x11), "b", 8);
+    let later = kv(LeaseId(0x12), "c", 30);
+    io(
+        &mut s,
+        11,
+        joined(
+            op,
+            true,
+            vec![
+                first.clone(),
+                second.clone(),
+                kv(LEASE, "me", 20),
+                later.clone(),
+            ],
+            30,
+        ),
+    );
+    let out = drain(&mut s);
+    assert!(election_events(&out, 1).is_empty(), "{out:?}");
+    assert_eq!(
+        s.standing(ElectionId(1)),
+        Standing::Queued {
+            token: FencingToken(20)
+        }
+    );
+    let (stream, from) = the_watch(&out);
+    assert_eq!(from, Revision(31));
+    // A later candidate leaving changes nothing; the first leaving neither.
+    io(&mut s, 12, deleted(stream, later, 31));
+    io(&mut s, 13, deleted(stream, first, 32));
+    assert!(election_events(&drain(&mut s), 1).is_empty());
+    io(&mut s, 14, deleted(stream, second, 33));
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Elected {
+            key: key_of(LEASE),
+            token: FencingToken(20)
+        }]
+    );
+}
+
+#[test]
+fn a_waiter_whose_key_is_deleted_fails_at_once() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    let first = kv(LeaseId(0x10), "a", 5);
+    io(
+        &mut s,
+        11,
+        joined(op, true, vec![first, kv(LEASE, "me", 20)], 20),
+    );
+    let (stream, _) = the_watch(&drain(&mut s));
+    io(&mut s, 12, deleted(stream, kv(LEASE, "me", 20), 21));
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::KeyDeleted
+        }]
+    );
+    assert!(commands(&out).contains(&Command::CancelWatch { stream }));
+    assert_eq!(s.standing(ElectionId(1)), Standing::Done);
+    assert_eq!(s.elections(), 0, "forgotten");
+}
+
+#[test]
+fn a_lost_lease_ends_every_campaign_and_later_ones_use_the_new_lease() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    // etcd says the lease is gone (revoked from outside).
+    io(
+        &mut s,
+        12,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 0,
+        },
+    );
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::LeaseLost(LostReason::LeaseExpired)
+        }]
+    );
+    assert_eq!(s.lease(), None);
+    // A campaign asked for while healing waits for the next lease...
+    let out = campaign(&mut s, 13, 2, Mode::Wait);
+    assert!(
+        !commands(&out)
+            .iter()
+            .any(|c| matches!(c, Command::Txn { .. })),
+        "no dead lease is handed out: {out:?}"
+    );
+    assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
+    let at = s.poll_timeout().unwrap();
+    s.handle(at, Input::Timeout).unwrap();
+    let grant = commands(&drain(&mut s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Grant { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a new grant");
+    io(
+        &mut s,
+        at.as_millis() + 1,
+        Completion::Granted {
+            op: grant,
+            outcome: Outcome::Ok(Granted {
+                lease: LEASE2,
+                ttl_secs: 9,
+            }),
+        },
+    );
+    let open = commands(&drain(&mut s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::OpenKeepAlive { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a keep-alive");
+    io(
+        &mut s,
+        at.as_millis() + 2,
+        Completion::KeepAliveReply {
+            stream: open,
+            ttl_secs: 9,
+        },
+    );
+    // ...and joins with it.
+    let (_, txn) = the_txn(&drain(&mut s));
+    assert_eq!(
+        txn.compares,
+        vec![Compare::create_revision(
+            key_of(LEASE2),
+            CompareOp::Equal,
+            Revision(0)
+        )]
+    );
+}
+
+#[test]
+fn a_lease_lost_by_its_deadline_is_revoked_so_its_keys_block_nobody() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    // No keep-alive reply at all: the deadline passes.
+    let mut revoked = false;
+    let mut lost = false;
+    for _ in 0..20 {
+        let at = s.poll_timeout().unwrap();
+        s.handle(at, Input::Timeout).unwrap();
+        let out = drain(&mut s);
+        lost |= election_events(&out, 1).contains(&ElectionEvent::Lost {
+            reason: Loss::LeaseLost(LostReason::KeepAliveTimeout),
+        });
+        revoked |= commands(&out)
+            .iter()
+            .any(|c| matches!(c, Command::Revoke { lease, .. } if *lease == LEASE));
+        if lost {
+            break;
+        }
+    }
+    assert!(lost, "the leader was told");
+    assert!(revoked, "the old lease is revoked, not left to linger");
+}
+
+#[test]
+fn a_try_returns_in_one_round_trip_and_leaves_no_key_when_it_loses() {
+    let mut s = session();
+    let out = campaign(&mut s, 10, 1, Mode::Try);
+    let (op, txn) = the_txn(&out);
+    // Create only if nobody at all is queued.
+    assert_eq!(
+        txn.compares,
+        vec![Compare {
+            key: name(),
+            prefix: true,
+            op: CompareOp::Equal,
+            target: CompareTarget::CreateRevision(Revision(0)),
+        }]
+    );
+    let leader = kv(LeaseId(0x10), "a", 5);
+    io(&mut s, 11, joined(op, false, vec![leader.clone()], 25));
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::NotElected {
+            leader: Some(leader)
+        }]
+    );
+    assert!(commands(&out).is_empty(), "nothing to delete: {out:?}");
+    assert_eq!(s.elections(), 0);
+    // A try that finds nobody leads.
+    let (op, _) = the_txn(&campaign(&mut s, 12, 2, Mode::Try));
+    io(&mut s, 13, joined(op, true, vec![kv(LEASE, "me", 26)], 26));
+    assert_eq!(
+        election_events(&drain(&mut s), 2),
+        vec![ElectionEvent::Elected {
+            key: key_of(LEASE),
+            token: FencingToken(26)
+        }]
+    );
+}
+
+#[test]
+fn resign_deletes_the_key_only_if_it_is_still_ours() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let (stream, _) = the_watch(&drain(&mut s));
+    s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
+    let out = drain(&mut s);
+    assert!(commands(&out).contains(&Command::CancelWatch { stream }));
+    let (op, txn) = the_txn(&out);
+    assert_eq!(
+        txn,
+        Txn {
+            compares: vec![Compare::create_revision(
+                key_of(LEASE),
+                CompareOp::Equal,
+                Revision(20)
+            )],
+            success: vec![TxnOp::Delete { key: key_of(LEASE) }],
+            failure: vec![],
+        }
+    );
+    // A leave is idempotent.
+    s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
+    assert!(drain(&mut s).is_empty());
+    io(
+        &mut s,
+        13,
+        Completion::Txn {
+            op,
+            outcome: Outcome::Ok(TxnResponse {
+                succeeded: true,
+                revision: Revision(21),
+                responses: vec![TxnOpResponse::Delete { deleted: 1 }],
+            }),
+        },
+    );
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Left]
+    );
+    assert_eq!(s.elections(), 0);
+}
+
+#[test]
+fn a_campaign_cancelled_while_joining_deletes_whatever_landed() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    s.handle(t(11), Input::Leave { id: ElectionId(1) }).unwrap();
+    let out = drain(&mut s);
+    assert!(commands(&out).contains(&Command::Abandon { op }));
+    let (del, txn) = the_txn(&out);
+    assert_eq!(txn.compares, vec![], "the create revision is unknown");
+    assert_eq!(txn.success, vec![TxnOp::Delete { key: key_of(LEASE) }]);
+    // The delete fails once, then is retried until etcd answers.
+    io(
+        &mut s,
+        12,
+        Completion::Txn {
+            op: del,
+            outcome: Outcome::Err(Failure::Unavailable("no leader".into())),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(matches!(
+        election_events(&out, 1)[..],
+        [ElectionEvent::Retrying(Retry { attempt: 1, .. })]
+    ));
+    let at = s.poll_timeout().unwrap();
+    s.handle(at, Input::Timeout).unwrap();
+    let (again, txn2) = the_txn(&drain(&mut s));
+    assert_eq!(txn2, txn);
+    io(
+        &mut s,
+        at.as_millis() + 1,
+        Completion::Txn {
+            op: again,
+            outcome: Outcome::Ok(TxnResponse {
+                succeeded: true,
+                revision: Revision(22),
+                responses: vec![TxnOpResponse::Delete { deleted: 1 }],
+            }),
+        },
+    );
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Left]
+    );
+}
+
+#[test]
+fn an_unknown_join_is_retried_with_the_same_idempotent_transaction() {
+    let mut s = session();
+    let (op, txn) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    s.handle(t(2010), Input::Timeout).unwrap();
+    let out = drain(&mut s);
+    assert!(commands(&out).contains(&Command::Abandon { op }));
+    assert!(matches!(
+        election_events(&out, 1)[..],
+        [ElectionEvent::Retrying(Retry {
+            failure: Some(AttemptFailure::Timeout),
+            ..
+        })]
+    ));
+    let at = s.poll_timeout().unwrap();
+    s.handle(at, Input::Timeout).unwrap();
+    let (again, txn2) = the_txn(&drain(&mut s));
+    assert_ne!(again, op);
+    assert_eq!(txn2, txn);
+    // The first attempt had landed: the retry finds the key (else branch).
+    io(
+        &mut s,
+        at.as_millis() + 1,
+        joined(again, false, vec![kv(LEASE, "me", 20)], 21),
+    );
+    assert!(matches!(
+        election_events(&drain(&mut s), 1)[..],
+        [ElectionEvent::Elected { .. }]
+    ));
+}
+
+#[test]
+fn proclaim_and_transactions_are_guarded_by_the_token() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    let first = kv(LeaseId(0x10), "a", 5);
+    io(
+        &mut s,
+        11,
+        joined(op, true, vec![first.clone(), kv(LEASE, "me", 20)], 20),
+    );
+    let (stream, _) = the_watch(&drain(&mut s));
+    // Not leading yet: refused at once, nothing sent.
+    s.handle(
+        t(12),
+        Input::Proclaim {
+            id: ElectionId(1),
+            request: 7,
+            value: b"v2".to_vec(),
+        },
+    )
+    .unwrap();
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::Answered {
+            request: 7,
+            answer: Answer::NotLeader
+        }]
+    );
+    assert!(commands(&out).is_empty());
+    io(&mut s, 13, deleted(stream, first, 21));
+    let _ = drain(&mut s);
+    let user = Txn {
+        compares: vec![],
+        success: vec![TxnOp::Put {
+            key: Key(b"/resource".to_vec()),
+            value: b"w".to_vec(),
+            lease: LeaseId(0),
+        }],
+        failure: vec![],
+    };
+    s.handle(
+        t(14),
+        Input::Txn {
+            id: ElectionId(1),
+            request: 8,
+            txn: user.clone(),
+        },
+    )
+    .unwrap();
+    let (op, txn) = the_txn(&drain(&mut s));
+    assert_eq!(
+        txn,
+        Txn {
+            compares: vec![Compare::create_revision(
+                key_of(LEASE),
+                CompareOp::Equal,
+                Revision(20)
+            )],
+            success: vec![TxnOp::Txn(Box::new(user))],
+            failure: vec![],
+        }
+    );
+    let inner = TxnResponse {
+        succeeded: true,
+        revision: Revision(22),
+        responses: vec![TxnOpResponse::Put],
+    };
+    io(
+        &mut s,
+        15,
+        Completion::Txn {
+            op,
+            outcome: Outcome::Ok(TxnResponse {
+                succeeded: true,
+                revision: Revision(22),
+                responses: vec![TxnOpResponse::Txn(inner.clone())],
+            }),
+        },
+    );
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Answered {
+            request: 8,
+            answer: Answer::Txn(inner)
+        }]
+    );
+    // etcd refuses the guard (the key is gone): NotLeader, and lost.
+    s.handle(
+        t(16),
+        Input::Proclaim {
+            id: ElectionId(1),
+            request: 9,
+            value: b"v3".to_vec(),
+        },
+    )
+    .unwrap();
+    let (op, _) = the_txn(&drain(&mut s));
+    io(
+        &mut s,
+        17,
+        Completion::Txn {
+            op,
+            outcome: Outcome::Ok(TxnResponse {
+                succeeded: false,
+                revision: Revision(23),
+                responses: vec![],
+            }),
+        },
+    );
+    let evs = election_events(&drain(&mut s), 1);
+    assert!(evs.contains(&ElectionEvent::Answered {
+        request: 9,
+        answer: Answer::NotLeader
+    }));
+    assert!(evs.contains(&ElectionEvent::Lost {
+        reason: Loss::KeyDeleted
+    }));
+}
+
+#[test]
+fn one_campaign_per_name_and_ids_are_never_reused() {
+    let mut s = session();
+    let _ = campaign(&mut s, 10, 1, Mode::Wait);
+    let again = s.handle(
+        t(11),
+        Input::Campaign {
+            id: ElectionId(2),
+            name: name(),
+            value: vec![],
+            mode: Mode::Wait,
+        },
+    );
+    assert_eq!(again, Err(UsageError::AlreadyCampaigning(name())));
+    let reused = s.handle(
+        t(11),
+        Input::Campaign {
+            id: ElectionId(1),
+            name: Key(b"/other/".to_vec()),
+            value: vec![],
+            mode: Mode::Wait,
+        },
+    );
+    assert_eq!(reused, Err(UsageError::ElectionIdTaken(1)));
+    assert_eq!(
+        s.handle(t(11), Input::Leave { id: ElectionId(9) }),
+        Err(UsageError::UnknownElection)
+    );
+}
+
+#[test]
+fn close_ends_every_campaign_then_revokes_the_lease() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    s.handle(t(12), Input::Close).unwrap();
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::SessionClosed
+        }]
+    );
+    let revoke = commands(&out)
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Revoke { op, lease } if lease == LEASE => Some(op),
+            _ => None,
+        })
+        .expect("the lease is revoked");
+    io(
+        &mut s,
+        13,
+        Completion::Revoked {
+            op: revoke,
+            outcome: Outcome::Ok(()),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(events(&out).contains(&Event::Lease(lease::Event::Closed {
+        revoke: RevokeOutcome::Revoked(LEASE)
+    })));
+    assert!(s.is_closed());
+    assert_eq!(
+        s.handle(
+            t(14),
+            Input::Campaign {
+                id: ElectionId(5),
+                name: name(),
+                value: vec![],
+                mode: Mode::Wait
+            }
+        ),
+        Err(UsageError::Closed)
+    );
+}
