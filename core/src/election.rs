@@ -98,6 +98,8 @@ pub enum ElectionEvent {
     Elected {
         /// The leader's key.
         key: Key,
+        /// The lease it is attached to (the session's).
+        lease: LeaseId,
         /// Its create revision.
         token: FencingToken,
     },
@@ -698,6 +700,7 @@ impl Contender {
         if first && !leading {
             self.event(ElectionEvent::Elected {
                 key,
+                lease,
                 token: FencingToken(token.0),
             });
         }

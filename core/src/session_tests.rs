@@ -234,6 +234,7 @@ fn a_first_candidate_joins_in_one_transaction_and_leads() {
         election_events(&out, 1),
         vec![ElectionEvent::Elected {
             key: key_of(LEASE),
+            lease: LEASE,
             token: FencingToken(20)
         }]
     );
@@ -289,6 +290,7 @@ fn a_queued_candidate_leads_once_every_predecessor_is_gone() {
         election_events(&drain(&mut s), 1),
         vec![ElectionEvent::Elected {
             key: key_of(LEASE),
+            lease: LEASE,
             token: FencingToken(20)
         }]
     );
@@ -457,6 +459,7 @@ fn a_try_returns_in_one_round_trip_and_leaves_no_key_when_it_loses() {
         election_events(&drain(&mut s), 2),
         vec![ElectionEvent::Elected {
             key: key_of(LEASE),
+            lease: LEASE,
             token: FencingToken(26)
         }]
     );

@@ -1,5 +1,6 @@
 //! The driver's error type.
 
+use coord_core::election::Loss;
 use coord_core::liveness::{AttemptFailure, ConfigError};
 use coord_core::LeaseId;
 
@@ -55,6 +56,51 @@ pub enum Error {
     /// runtime shut down).
     #[error("the handle's background task has ended")]
     TaskGone,
+    /// An election or lock name that cannot be used; nothing was written.
+    #[error("invalid election or lock name {name:?}: {why}")]
+    InvalidName {
+        /// The name.
+        name: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// A candidate's value is larger than etcd accepts; nothing was written.
+    #[error("value is {size} bytes, more than the {max} allowed")]
+    ValueTooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The campaign, leadership or lock ended against the holder's will
+    /// (its key deleted, its session's lease lost, its session closed).
+    #[error("lost: {0}")]
+    Lost(Loss),
+    /// The request needs leadership (or the lock) and the caller no longer
+    /// has it; etcd applied nothing.
+    #[error("not the leader (or lock holder)")]
+    NotLeader,
+    /// `try_lock` found the lock held; nothing was left behind.
+    #[error("the lock is held by another holder")]
+    Locked,
+    /// No leadership or lock within the time given; the campaign was
+    /// withdrawn.
+    #[error("timed out")]
+    Timeout,
+    /// The session (or pool) is closed.
+    #[error("the session is closed")]
+    Closed,
+    /// This session already campaigns for (or holds, or still leaves) this
+    /// name: a second campaign would write the same key.
+    #[error("this session already campaigns on {name}")]
+    AlreadyCampaigning {
+        /// The election's key prefix.
+        name: String,
+    },
+    /// A request failed, or its outcome is unknown (a guarded transaction
+    /// may or may not have been applied).
+    #[error("request failed: {0}")]
+    Request(AttemptFailure),
 }
 
 impl Error {
@@ -66,6 +112,20 @@ impl Error {
             }
             AttemptFailure::Etcd(Failure::Unavailable(m)) => Error::Unreachable(m),
             other => Error::Registration(other),
+        }
+    }
+}
+
+impl From<coord_core::lease::UsageError> for Error {
+    fn from(e: coord_core::lease::UsageError) -> Self {
+        use coord_core::lease::UsageError as U;
+        match e {
+            U::Closed | U::NotStarted => Error::Closed,
+            U::AlreadyCampaigning(name) => Error::AlreadyCampaigning {
+                name: name.to_string(),
+            },
+            U::NotLeader | U::UnknownElection => Error::NotLeader,
+            U::AlreadyStarted | U::ElectionIdTaken(_) => Error::TaskGone,
         }
     }
 }

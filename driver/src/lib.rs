@@ -35,16 +35,23 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod backend;
 mod clock;
 #[cfg(not(madsim))]
 mod connect;
+pub mod election;
 mod error;
 #[cfg(not(madsim))]
 pub mod etcd;
 mod exec;
 pub mod liveness;
 pub mod metadata;
+pub mod mutex;
+mod observe;
+pub mod pool;
 mod runner;
+pub mod session;
+mod status;
 pub mod watcher;
 
 pub use api::{
@@ -64,4 +71,17 @@ pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX
 pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
 };
+pub use status::LeaseStatus;
 pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions};
+
+pub use coord_core::election::Loss;
+pub use coord_core::io::{
+    Compare, CompareOp, CompareTarget, Get, Sort, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+pub use coord_core::observer::Leader;
+pub use coord_core::{FencingToken, Key};
+pub use election::{Election, Leadership, MutexGuard};
+pub use mutex::Mutex;
+pub use observe::Observe;
+pub use pool::{ElectionPool, PoolStats};
+pub use session::{Session, SessionOptions};

@@ -8,19 +8,18 @@
 
 use std::time::Duration;
 
-use coord_core::liveness::{
-    Event, Input, Liveness, LivenessConfig, LivenessState, RevokeOutcome, StartPolicy,
-};
+use coord_core::liveness::{Event, Input, Liveness, LivenessConfig, RevokeOutcome, StartPolicy};
 use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 use crate::api::EtcdApi;
 use crate::clock::Clock;
 use crate::error::Error;
 use crate::metadata::{validate_host_id, HostMetadata, MAX_METADATA_LEN};
 use crate::runner::{run, Host};
+use crate::status::{first_lease, LeaseReporter, LeaseStatus};
 
 /// go-coord's default key prefix for hosts.
 pub const DEFAULT_PREFIX: &str = "/coord/hosts/";
@@ -65,31 +64,7 @@ impl Default for LivenessOptions {
 }
 
 /// The liveness of a registered host, as [`HostLiveness::state`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LivenessStatus {
-    /// The first registration is in flight.
-    Registering,
-    /// The key exists, attached to this lease, kept alive.
-    Registered {
-        /// The live lease.
-        lease: LeaseId,
-    },
-    /// The registration was lost; re-registering with backoff.
-    Healing {
-        /// Failed attempts since the last success.
-        attempt: u32,
-    },
-    /// `stop` is revoking the lease.
-    Closing,
-    /// Closed by `stop` or by a failed first registration.
-    Closed {
-        /// What happened to the lease.
-        revoke: RevokeOutcome,
-    },
-    /// The background task ended without a stop (the handle was dropped):
-    /// the lease is left to expire.
-    Abandoned,
-}
+pub type LivenessStatus = LeaseStatus;
 
 /// A registered host. Dropping it without [`stop`](Self::stop) ends the
 /// keep-alive and leaves the lease to expire (an ungraceful stop: the key
@@ -166,10 +141,8 @@ impl HostLiveness {
         let (events, _) = broadcast::channel(64);
         let (ready_tx, ready_rx) = oneshot::channel();
         let host = LivenessHost {
-            status: status_tx,
+            reporter: LeaseReporter::new("liveness", status_tx, ready_tx),
             events: events.clone(),
-            ready: Some(ready_tx),
-            first_failure: None,
         };
         tokio::spawn(run(client, machine, host, Clock::start(), requests_rx));
         let handle = HostLiveness {
@@ -181,14 +154,9 @@ impl HostLiveness {
         if opts.retry_first_registration {
             return Ok(handle);
         }
-        match ready_rx.await {
-            Ok(Ok(lease)) => {
-                info!(key = %handle.key, %lease, "registered");
-                Ok(handle)
-            }
-            Ok(Err(err)) => Err(err),
-            Err(_) => Err(Error::TaskGone),
-        }
+        let lease = first_lease(ready_rx).await?;
+        info!(key = %handle.key, %lease, "registered");
+        Ok(handle)
     }
 
     /// Stops: revokes the lease (the key is gone at once) and ends the
@@ -257,15 +225,11 @@ pub(crate) fn default_seed(host_id: &str) -> u64 {
     h ^ unix_now_ns().unsigned_abs()
 }
 
-type Ready = oneshot::Sender<Result<LeaseId, Error>>;
-
 /// The liveness loop's side of the handle: the state and events it
 /// publishes, and the answer `register` waits for.
 struct LivenessHost {
-    status: watch::Sender<LivenessStatus>,
+    reporter: LeaseReporter,
     events: broadcast::Sender<Event>,
-    ready: Option<Ready>,
-    first_failure: Option<Error>,
 }
 
 impl Host<Liveness> for LivenessHost {
@@ -284,60 +248,15 @@ impl Host<Liveness> for LivenessHost {
     }
 
     fn publish(&mut self, _now: Instant, event: Event) {
-        match &event {
-            Event::Registered { lease, ttl } => info!(%lease, ?ttl, "host registered"),
-            Event::Lost { lease, reason } => warn!(%lease, %reason, "host registration lost"),
-            Event::KeepAliveInterrupted { lease, failure } => {
-                info!(%lease, %failure, "keep-alive stream interrupted; reopening")
-            }
-            Event::Retrying(retry) => {
-                debug!(attempt = retry.attempt, failure = ?retry.failure, "healing")
-            }
-            Event::Reregistered { lease, resumed } => info!(%lease, resumed, "host re-registered"),
-            Event::StartFailed { reason } => {
-                warn!(%reason, "first registration failed");
-                self.first_failure = Some(Error::from_first_attempt(reason.clone()));
-            }
-            Event::Closed { revoke } => {
-                info!(?revoke, "liveness stopped");
-                if let Some(ready) = self.ready.take() {
-                    let err = self.first_failure.take().unwrap_or(Error::TaskGone);
-                    let _ = ready.send(Err(err));
-                }
-            }
-        }
+        self.reporter.event(&event);
         let _ = self.events.send(event);
     }
 
     fn drained(&mut self, machine: &Liveness) {
-        let status = match machine.state() {
-            LivenessState::Registering => LivenessStatus::Registering,
-            LivenessState::Registered { lease } => LivenessStatus::Registered { lease },
-            LivenessState::Healing { attempt } => LivenessStatus::Healing { attempt },
-            LivenessState::Closing => LivenessStatus::Closing,
-            LivenessState::Closed { revoke } => LivenessStatus::Closed { revoke },
-        };
-        let registered = match status {
-            LivenessStatus::Registered { lease } => Some(lease),
-            _ => None,
-        };
-        self.status.send_if_modified(|s| {
-            let changed = *s != status;
-            *s = status;
-            changed
-        });
-        // Only once the state says so, so `register` never returns a handle
-        // whose `lease_id()` is still `None`.
-        if let Some(lease) = registered {
-            if let Some(ready) = self.ready.take() {
-                let _ = ready.send(Ok(lease));
-            }
-        }
+        self.reporter.state(machine.state());
     }
 
     fn orphaned(&mut self, _machine: &Liveness) {
-        // Every handle is gone: an ungraceful stop.
-        debug!("liveness handle dropped; leaving the lease to expire");
-        self.status.send_replace(LivenessStatus::Abandoned);
+        self.reporter.abandoned();
     }
 }

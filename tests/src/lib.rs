@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod etcd;
+pub mod etcdctl;
 pub mod proxy;
 
 use std::future::Future;

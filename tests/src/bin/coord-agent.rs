@@ -1,44 +1,87 @@
-//! A minimal agent for tests: registers a host and keeps it alive until
-//! killed. Usage: `coord-agent ENDPOINT HOST_ID TTL_SECS`. Prints
-//! `registered <lease hex>` once registered.
+//! A minimal agent for tests, run as a separate process so tests can kill
+//! it with -9:
+//! - `coord-agent ENDPOINT HOST_ID TTL_SECS`: registers a host and keeps it
+//!   alive; prints `registered <lease hex>`.
+//! - `coord-agent elect ENDPOINT NAME VALUE TTL_SECS`: campaigns; prints
+//!   `elected <key> <fence>` once leading.
+//! - `coord-agent lock ENDPOINT NAME TTL_SECS`: locks; prints
+//!   `locked <key> <fence>` once held.
+//!
+//! Each then stays until killed.
 
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
-#[tokio::main]
-async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 {
-        eprintln!("usage: coord-agent ENDPOINT HOST_ID TTL_SECS");
-        std::process::exit(2);
+fn usage() -> ! {
+    eprintln!(
+        "usage: coord-agent ENDPOINT HOST_ID TTL_SECS\n       coord-agent elect ENDPOINT NAME VALUE TTL_SECS\n       coord-agent lock ENDPOINT NAME TTL_SECS"
+    );
+    std::process::exit(2);
+}
+
+fn ttl(arg: &str) -> Duration {
+    match arg.parse::<u64>() {
+        Ok(s) => Duration::from_secs(s),
+        Err(_) => usage(),
     }
-    let Ok(ttl) = args[3].parse::<u64>() else {
-        eprintln!("TTL_SECS must be a number");
-        std::process::exit(2);
-    };
-    let client = match coord::connect(&[args[1].as_str()], coord::ConnectOptions::default()).await {
+}
+
+async fn client(endpoint: &str) -> etcd_client::Client {
+    match coord::connect(&[endpoint], coord::ConnectOptions::default()).await {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(1);
         }
-    };
-    let opts = coord::LivenessOptions {
-        ttl: Duration::from_secs(ttl),
+    }
+}
+
+fn fail(e: coord::Error) -> ! {
+    eprintln!("{e}");
+    std::process::exit(1);
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let session = |t: &str| coord::SessionOptions {
+        ttl: ttl(t),
         ..Default::default()
     };
-    let meta = coord::HostMetadata::new(args[2].as_str(), "agent");
-    match coord::HostLiveness::register(client, meta, opts).await {
-        Ok(host) => {
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["elect", endpoint, name, value, t] => {
+            let election = coord::Election::new(client(endpoint).await, name, session(t))
+                .await
+                .unwrap_or_else(|e| fail(e));
+            let leader = election.campaign(value).await.unwrap_or_else(|e| fail(e));
+            println!("elected {} {}", leader.key(), leader.fence().0);
+            let _keep = leader;
+            std::future::pending::<()>().await;
+        }
+        ["lock", endpoint, name, t] => {
+            let mutex = coord::Mutex::new(client(endpoint).await, name, session(t))
+                .await
+                .unwrap_or_else(|e| fail(e));
+            let guard = mutex.lock().await.unwrap_or_else(|e| fail(e));
+            println!("locked {} {}", guard.key(), guard.fence().0);
+            let _keep = guard;
+            std::future::pending::<()>().await;
+        }
+        [endpoint, host, t] => {
+            let opts = coord::LivenessOptions {
+                ttl: ttl(t),
+                ..Default::default()
+            };
+            let meta = coord::HostMetadata::new(host, "agent");
+            let host = coord::HostLiveness::register(client(endpoint).await, meta, opts)
+                .await
+                .unwrap_or_else(|e| fail(e));
             if let Some(lease) = host.lease_id() {
                 println!("registered {lease}");
             }
             std::future::pending::<()>().await;
         }
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(1);
-        }
+        _ => usage(),
     }
 }

@@ -1,0 +1,408 @@
+//! Leader election, key-compatible with etcd's Go `concurrency` package
+//! (and so with `etcdctl elect` and go-coord): candidates queue under
+//! `<name>/` by create revision; the first leads.
+//!
+//! An [`Election`] made with [`Election::new`] owns its session (closing it
+//! revokes the session's lease); one borrowed from a [`Session`] or an
+//! [`ElectionPool`](crate::ElectionPool) does not.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use coord_core::election::{Answer, AskedBy, ElectionId, Loss, Mode};
+use coord_core::io::{Get, RangeRequest, Sort, Txn, TxnResponse};
+use coord_core::mirror::MirrorConfig;
+use coord_core::observer::{Leader, Observer};
+use coord_core::{FencingToken, Key, LeaseId, StartPolicy};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::api::EtcdApi;
+use crate::error::Error;
+use crate::metadata::MAX_METADATA_LEN;
+use crate::observe::{Observe, ObserveHost};
+use crate::session::{Phase, Request, Session, SessionOptions};
+
+/// Checks an election or lock name and returns its key prefix (`name/`).
+/// Refused: empty, ending with `/` (the queue would nest), or holding a
+/// control character.
+pub(crate) fn queue_prefix(name: &str) -> Result<Key, Error> {
+    let why = if name.is_empty() {
+        Some("it is empty")
+    } else if name.ends_with('/') {
+        Some("it ends with '/'")
+    } else if name.chars().any(char::is_control) {
+        Some("it contains a control character")
+    } else if name.len() > 4096 {
+        Some("it is longer than 4096 bytes")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::InvalidName {
+            name: name.to_string(),
+            why,
+        }),
+        None => Ok(Key(format!("{name}/").into_bytes())),
+    }
+}
+
+fn check_value(value: &[u8]) -> Result<(), Error> {
+    if value.len() > MAX_METADATA_LEN {
+        return Err(Error::ValueTooLarge {
+            size: value.len(),
+            max: MAX_METADATA_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// Where a campaign ended up.
+pub(crate) enum Contended {
+    Leading(Leadership),
+    NotElected,
+}
+
+/// Withdraws a campaign whose future is dropped before it is decided.
+struct LeaveOnDrop<'a> {
+    session: &'a Session,
+    id: ElectionId,
+    armed: bool,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.session.send(Request::Leave { id: self.id });
+        }
+    }
+}
+
+/// Campaigns for the queue under `prefix` until elected (or, with
+/// `Mode::Try`, answered once). Cancel-safe: dropping the future withdraws
+/// the campaign and deletes its key.
+pub(crate) async fn contend(
+    session: &Session,
+    prefix: Key,
+    value: Vec<u8>,
+    mode: Mode,
+) -> Result<Contended, Error> {
+    check_value(&value)?;
+    let id = session.next_id();
+    let (phase_tx, mut phase) = watch::channel(Phase::Campaigning);
+    session.send(Request::Campaign {
+        id,
+        name: prefix,
+        value,
+        mode,
+        phase: phase_tx,
+    })?;
+    let mut guard = LeaveOnDrop {
+        session,
+        id,
+        armed: true,
+    };
+    let decided = phase
+        .wait_for(|p| !matches!(p, Phase::Campaigning))
+        .await
+        .map(|p| p.clone());
+    guard.armed = false;
+    match decided {
+        Ok(Phase::Leading { key, lease, token }) => Ok(Contended::Leading(Leadership {
+            session: session.clone(),
+            id,
+            key,
+            lease,
+            token,
+            phase,
+            resigned: AtomicBool::new(false),
+        })),
+        Ok(Phase::NotElected { .. }) => Ok(Contended::NotElected),
+        Ok(Phase::Lost(loss)) => Err(Error::Lost(loss)),
+        Ok(Phase::Refused(e)) => Err(e),
+        Ok(Phase::Left) => Err(Error::Lost(Loss::SessionClosed)),
+        Ok(Phase::Campaigning) | Err(_) => Err(Error::TaskGone),
+    }
+}
+
+/// An election under one name.
+#[derive(Debug)]
+pub struct Election {
+    session: Session,
+    name: String,
+    prefix: Key,
+    owns_session: bool,
+}
+
+impl Election {
+    /// An election on a session of its own (go-coord's `NewElection`):
+    /// [`close`](Self::close) revokes it. Fails fast, writing nothing, on a
+    /// bad name or options, or if the session's first lease grant fails.
+    pub async fn new<A: EtcdApi>(
+        client: A,
+        name: &str,
+        opts: SessionOptions,
+    ) -> Result<Election, Error> {
+        let prefix = queue_prefix(name)?;
+        let session = Session::new(client, opts).await?;
+        Ok(Election {
+            session,
+            name: name.to_string(),
+            prefix,
+            owns_session: true,
+        })
+    }
+
+    /// An election on `session`, which it does not own: closing the
+    /// election leaves the session alone.
+    pub fn on(session: &Session, name: &str) -> Result<Election, Error> {
+        Ok(Election {
+            session: session.clone(),
+            name: name.to_string(),
+            prefix: queue_prefix(name)?,
+            owns_session: false,
+        })
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The session campaigns run on.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Campaigns with `value` and waits until elected. Queues behind every
+    /// candidate with a lower create revision (coord's and `etcdctl
+    /// elect`'s alike). Fails with `Error::Lost` as soon as the candidate's
+    /// key is deleted or the session's lease is lost while it waits (no
+    /// zombie candidate). Cancel-safe: dropping the future withdraws the
+    /// campaign and deletes its key. One campaign per name per session at a
+    /// time (`Error::AlreadyCampaigning`).
+    pub async fn campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership, Error> {
+        match contend(&self.session, self.prefix.clone(), value.into(), Mode::Wait).await? {
+            Contended::Leading(l) => Ok(l),
+            Contended::NotElected => Err(Error::TaskGone),
+        }
+    }
+
+    /// [`campaign`](Self::campaign) bounded by `timeout`: `Error::Timeout`
+    /// withdraws the campaign (its key is deleted).
+    pub async fn campaign_timeout(
+        &self,
+        value: impl Into<Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<Leadership, Error> {
+        match tokio::time::timeout(timeout, self.campaign(value)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    /// One round trip: leadership if nobody else is queued, else `None`,
+    /// leaving no key behind. Never blocks behind another candidate.
+    pub async fn try_campaign(
+        &self,
+        value: impl Into<Vec<u8>>,
+    ) -> Result<Option<Leadership>, Error> {
+        match contend(&self.session, self.prefix.clone(), value.into(), Mode::Try).await? {
+            Contended::Leading(l) => Ok(Some(l)),
+            Contended::NotElected => Ok(None),
+        }
+    }
+
+    /// The current leader (the key with the lowest create revision), read
+    /// linearizably once; `None` when nobody leads.
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        let request = RangeRequest {
+            get: Get {
+                key: self.prefix.clone(),
+                prefix: true,
+                sort: Sort::CreateAscending,
+                limit: 1,
+            },
+            consistency: coord_core::io::Consistency::Linearizable,
+        };
+        let listing = self
+            .session
+            .backend()
+            .range(request, self.session.request_timeout())
+            .await?;
+        Ok(listing.kvs.into_iter().next().map(|kv| Leader {
+            key: kv.key,
+            value: kv.value,
+            token: FencingToken(kv.create_revision.0),
+        }))
+    }
+
+    /// Every change of leader from now on, "no leader" included, through
+    /// broken streams and compactions. The first item is the current
+    /// leader.
+    pub fn observe(&self) -> Observe {
+        let (request_timeout, probe_interval, backoff, seed) = self.session.watch_settings();
+        let config = MirrorConfig {
+            request_timeout,
+            probe_interval,
+            backoff,
+            start: StartPolicy::Retry,
+            ..MirrorConfig::new(self.prefix.clone(), seed ^ 0x0b5e_77e5)
+        };
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let (close, close_rx) = mpsc::unbounded_channel();
+        match Observer::new(config) {
+            Ok(observer) => {
+                self.session
+                    .backend()
+                    .observe(observer, ObserveHost::new(events_tx), close_rx)
+            }
+            // The session validated these settings: never.
+            Err(e) => tracing::warn!(error = %e, "observer refused its settings"),
+        }
+        Observe::new(events, close)
+    }
+
+    /// Closes the election: a standalone one closes (revokes) its session,
+    /// ending its leadership and campaigns; a borrowed one does nothing
+    /// (resign its leadership to step down).
+    pub async fn close(&self) -> Result<(), Error> {
+        if self.owns_session {
+            self.session.close().await
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Leadership (or a held lock). Dropping it resigns in the background
+/// (its key is deleted; if etcd cannot be reached, it goes with the
+/// session's lease).
+#[derive(Debug)]
+pub struct Leadership {
+    session: Session,
+    id: ElectionId,
+    key: Key,
+    lease: LeaseId,
+    token: FencingToken,
+    phase: watch::Receiver<Phase>,
+    resigned: AtomicBool,
+}
+
+/// A held lock: the same handle as a leadership.
+pub type MutexGuard = Leadership;
+
+impl Leadership {
+    /// The fencing token: the key's create revision, strictly increasing
+    /// across successive leaders (lock holders) of the name.
+    pub fn fence(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The leader's key, `<name>/<lease hex>`.
+    pub fn key(&self) -> String {
+        self.key.to_string()
+    }
+
+    /// The session's lease the key is attached to.
+    pub fn lease(&self) -> LeaseId {
+        self.lease
+    }
+
+    /// True while leading: not reported lost, and the session's lease
+    /// provably alive *now* (the deadline is checked against the clock at
+    /// call time, so this is right even after a long GC pause). Use the
+    /// guarded [`txn`](Self::txn) for anything that must not happen twice.
+    pub fn is_leader(&self) -> bool {
+        if !matches!(*self.phase.borrow(), Phase::Leading { .. }) {
+            return false;
+        }
+        let deadline = self.session.deadline();
+        deadline.lease == Some(self.lease)
+            && deadline
+                .expires_at
+                .is_some_and(|at| self.session.now() < at)
+    }
+
+    /// Completes when the leadership ends: `Some(loss)` when it was lost
+    /// (key deleted by anyone, lease lost or its deadline passed, session
+    /// closed), `None` when this handle resigned.
+    pub async fn lost(&self) -> Option<Loss> {
+        let mut phase = self.phase.clone();
+        let ended = phase.wait_for(Phase::is_over).await.map(|p| p.clone());
+        match ended {
+            Ok(Phase::Lost(loss)) => Some(loss),
+            Ok(Phase::Left) => None,
+            _ => Some(Loss::SessionClosed),
+        }
+    }
+
+    /// Replaces the leader's value, only while the key still has the
+    /// token as its create revision (`Error::NotLeader` otherwise).
+    pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
+        let value = value.into();
+        check_value(&value)?;
+        match self.ask(AskedBy::Proclaim(value)).await? {
+            Answer::Proclaimed => Ok(()),
+            other => Err(answer_error(other)),
+        }
+    }
+
+    /// Runs `txn` only while leading: etcd applies it only if the key
+    /// still has the token as its create revision, atomically. Returns the
+    /// transaction's own result, `Error::NotLeader` if etcd refused the
+    /// guard (nothing applied), or `Error::Request` if the outcome is
+    /// unknown.
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, Error> {
+        match self.ask(AskedBy::Txn(txn)).await? {
+            Answer::Txn(resp) => Ok(resp),
+            other => Err(answer_error(other)),
+        }
+    }
+
+    async fn ask(&self, asked: AskedBy) -> Result<Answer, Error> {
+        let (reply, answer) = oneshot::channel();
+        self.session.send(Request::Ask {
+            id: self.id,
+            asked,
+            reply,
+        })?;
+        answer.await.map_err(|_| Error::TaskGone)
+    }
+
+    /// Steps down: deletes the key if it is still this leadership's (etcd
+    /// hands over to the next candidate at once). Returns once etcd
+    /// answered, or `Error::Timeout` after the request timeout while the
+    /// delete goes on in the background (or the key goes with the lease).
+    pub async fn resign(self) -> Result<(), Error> {
+        self.resigned.store(true, Ordering::Relaxed);
+        self.session.send(Request::Leave { id: self.id })?;
+        let mut phase = self.phase.clone();
+        let timeout = self.session.request_timeout();
+        let left = tokio::time::timeout(timeout, async move {
+            let _ = phase.wait_for(Phase::is_over).await;
+        })
+        .await;
+        left.map_err(|_| Error::Timeout)
+    }
+
+    /// Releases a lock: the same as [`resign`](Self::resign).
+    pub async fn unlock(self) -> Result<(), Error> {
+        self.resign().await
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        if !self.resigned.load(Ordering::Relaxed) && !self.phase.borrow().is_over() {
+            let _ = self.session.send(Request::Leave { id: self.id });
+        }
+    }
+}
+
+fn answer_error(answer: Answer) -> Error {
+    match answer {
+        Answer::NotLeader => Error::NotLeader,
+        Answer::Failed(f) => Error::Request(f),
+        Answer::Proclaimed | Answer::Txn(_) => Error::TaskGone,
+    }
+}

@@ -1,0 +1,472 @@
+//! `Session`: one lease kept alive in the background, shared by elections
+//! and locks (the core [`Session`](coord_core::session::Session) on the
+//! driver's run loop).
+//!
+//! A session is cheap to clone; every clone and every election or lock made
+//! from it talks to the same background task. Dropping every clone without
+//! [`close`](Session::close) is an ungraceful close: the keep-alive ends and
+//! the lease (with every key on it) expires about one TTL later.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::election::{Answer, AskedBy, ElectionEvent, ElectionId, Loss, Mode};
+use coord_core::kv::KeyValue;
+use coord_core::lease::LeaseState;
+use coord_core::session::{Event, Input, Session as Machine, SessionConfig};
+use coord_core::{BackoffConfig, FencingToken, Instant, Key, LeaseId, StartPolicy};
+use tokio::sync::{mpsc, oneshot, watch};
+use tracing::{debug, warn};
+
+use crate::api::EtcdApi;
+use crate::backend::{Backend, Shared};
+use crate::clock::Clock;
+use crate::error::Error;
+use crate::runner::{run, Host};
+use crate::status::{first_lease, LeaseReporter, LeaseStatus};
+
+/// Options of [`Session::new`] (and of a standalone election, a lock, a
+/// pool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Lease TTL, 1 s to 1 day, asked in whole seconds (rounded up); etcd
+    /// may grant more (its minimum). A leader whose process dies is
+    /// replaced about one TTL later. Default 10 s.
+    pub ttl: Duration,
+    /// Keep-alive interval, at least 10 ms and below the TTL. Default TTL/3.
+    pub refresh: Option<Duration>,
+    /// Deadline of each etcd request. Default 5 s.
+    pub request_timeout: Duration,
+    /// A campaign's queue watch quiet this long is probed. Default 10 s.
+    pub probe_interval: Duration,
+    /// Pacing of retries. Default 100 ms doubling to 30 s (1 s while etcd
+    /// refuses at once).
+    pub backoff: BackoffConfig,
+    /// Seed of the retry jitter. Default: from the time.
+    pub seed: Option<u64>,
+    /// Keep retrying a failing first lease grant in the background instead
+    /// of failing `new`. Default false.
+    pub retry_first_grant: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            ttl: Duration::from_secs(10),
+            refresh: None,
+            request_timeout: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(10),
+            backoff: BackoffConfig::default(),
+            seed: None,
+            retry_first_grant: false,
+        }
+    }
+}
+
+/// Where a campaign is, as its handles see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Campaigning,
+    Leading {
+        key: Key,
+        lease: LeaseId,
+        token: FencingToken,
+    },
+    NotElected {
+        leader: Option<KeyValue>,
+    },
+    Lost(Loss),
+    Left,
+    Refused(Error),
+}
+
+impl Phase {
+    pub(crate) fn is_over(&self) -> bool {
+        !matches!(self, Phase::Campaigning | Phase::Leading { .. })
+    }
+}
+
+/// What the handles ask of the session's loop.
+pub(crate) enum Request {
+    Campaign {
+        id: ElectionId,
+        name: Key,
+        value: Vec<u8>,
+        mode: Mode,
+        phase: watch::Sender<Phase>,
+    },
+    Leave {
+        id: ElectionId,
+    },
+    Ask {
+        id: ElectionId,
+        asked: AskedBy,
+        reply: oneshot::Sender<Answer>,
+    },
+    Close,
+}
+
+/// The lease's proof of life, for `is_leader()` checks at call time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Deadline {
+    pub(crate) lease: Option<LeaseId>,
+    pub(crate) expires_at: Option<Instant>,
+}
+
+/// A session's counters, for a pool's `stats()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Counters {
+    pub(crate) campaigns: usize,
+    pub(crate) heals: u64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    requests: mpsc::UnboundedSender<Request>,
+    status: watch::Receiver<LeaseStatus>,
+    deadline: watch::Receiver<Deadline>,
+    counters: watch::Receiver<Counters>,
+    clock: Clock,
+    ttl: Duration,
+    request_timeout: Duration,
+    probe_interval: Duration,
+    backoff: BackoffConfig,
+    seed: u64,
+    next_id: AtomicU64,
+    backend: Arc<dyn Backend>,
+}
+
+/// A lease kept alive in the background, shared by the elections and
+/// locks made from it. Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+impl Session {
+    /// Grants a lease and keeps it alive in the background. Fails fast on
+    /// invalid options, or (unless `retry_first_grant`) when the first
+    /// grant fails, e.g. `Error::Unreachable`, revoking anything granted.
+    pub async fn new<A: EtcdApi>(client: A, opts: SessionOptions) -> Result<Session, Error> {
+        let seed = opts
+            .seed
+            .unwrap_or_else(|| crate::liveness::default_seed("session"));
+        let config = SessionConfig {
+            ttl: opts.ttl,
+            refresh: opts.refresh.unwrap_or(opts.ttl / 3),
+            request_timeout: opts.request_timeout,
+            probe_interval: opts.probe_interval,
+            backoff: opts.backoff.clone(),
+            seed,
+            start: if opts.retry_first_grant {
+                StartPolicy::Retry
+            } else {
+                StartPolicy::FailFast
+            },
+        };
+        let machine = Machine::new(config)?;
+        let clock = Clock::start();
+        let (requests, requests_rx) = mpsc::unbounded_channel();
+        let (status_tx, status) = watch::channel(LeaseStatus::Registering);
+        let (deadline_tx, deadline) = watch::channel(Deadline::default());
+        let (counters_tx, counters) = watch::channel(Counters::default());
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let host = SessionHost {
+            reporter: LeaseReporter::new("session", status_tx, ready_tx),
+            deadline: deadline_tx,
+            counters: counters_tx,
+            heals: 0,
+            campaigns: BTreeMap::new(),
+            next_request: 0,
+        };
+        let backend: Arc<dyn Backend> = Arc::new(Shared(client.clone()));
+        tokio::spawn(run(client, machine, host, clock, requests_rx));
+        let session = Session {
+            inner: Arc::new(Inner {
+                requests,
+                status,
+                deadline,
+                counters,
+                clock,
+                ttl: opts.ttl,
+                request_timeout: opts.request_timeout,
+                probe_interval: opts.probe_interval,
+                backoff: opts.backoff,
+                seed,
+                next_id: AtomicU64::new(1),
+                backend,
+            }),
+        };
+        if !opts.retry_first_grant {
+            first_lease(ready_rx).await?;
+        }
+        Ok(session)
+    }
+
+    /// The lease while registered; `None` while registering, healing or
+    /// closed. After a heal it names the new lease.
+    pub fn lease_id(&self) -> Option<LeaseId> {
+        match &*self.inner.status.borrow() {
+            LeaseStatus::Registered { lease } => Some(*lease),
+            _ => None,
+        }
+    }
+
+    /// A receiver of the lease's state; it changes on every transition.
+    pub fn state(&self) -> watch::Receiver<LeaseStatus> {
+        self.inner.status.clone()
+    }
+
+    /// The TTL asked for.
+    pub fn ttl(&self) -> Duration {
+        self.inner.ttl
+    }
+
+    /// Ends every campaign and leadership of this session (they report
+    /// lost) and revokes the lease, deleting every key on it. Idempotent.
+    /// `Error::RevokeNotConfirmed` if etcd could not confirm the revoke: the
+    /// keys then expire with the lease, within one TTL.
+    pub async fn close(&self) -> Result<(), Error> {
+        let _ = self.inner.requests.send(Request::Close);
+        let mut status = self.inner.status.clone();
+        let done = status
+            .wait_for(|s| matches!(s, LeaseStatus::Closed { .. } | LeaseStatus::Abandoned))
+            .await
+            .map(|s| s.clone());
+        match done {
+            Ok(LeaseStatus::Closed {
+                revoke: coord_core::lease::RevokeOutcome::NotConfirmed(lease),
+            }) => Err(Error::RevokeNotConfirmed { lease }),
+            Ok(LeaseStatus::Closed { .. }) => Ok(()),
+            _ => Err(Error::TaskGone),
+        }
+    }
+
+    /// True once closed (or its task gone).
+    pub fn is_closed(&self) -> bool {
+        matches!(
+            *self.inner.status.borrow(),
+            LeaseStatus::Closing | LeaseStatus::Closed { .. } | LeaseStatus::Abandoned
+        )
+    }
+
+    pub(crate) fn send(&self, request: Request) -> Result<(), Error> {
+        if let Request::Campaign { .. } = request {
+            if self.is_closed() {
+                return Err(Error::Closed);
+            }
+        }
+        self.inner.requests.send(request).map_err(|_| {
+            if self.is_closed() {
+                Error::Closed
+            } else {
+                Error::TaskGone
+            }
+        })
+    }
+
+    pub(crate) fn next_id(&self) -> ElectionId {
+        ElectionId(self.inner.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn deadline(&self) -> Deadline {
+        *self.inner.deadline.borrow()
+    }
+
+    pub(crate) fn now(&self) -> Instant {
+        self.inner.clock.now()
+    }
+
+    pub(crate) fn counters(&self) -> Counters {
+        *self.inner.counters.borrow()
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
+    /// The mirror settings an observer of this session's elections uses.
+    pub(crate) fn watch_settings(&self) -> (Duration, Duration, BackoffConfig, u64) {
+        (
+            self.inner.request_timeout,
+            self.inner.probe_interval,
+            self.inner.backoff.clone(),
+            self.inner.seed,
+        )
+    }
+}
+
+/// A campaign as the loop tracks it: its phase, and answers owed.
+struct Campaign {
+    phase: watch::Sender<Phase>,
+    answers: BTreeMap<u64, oneshot::Sender<Answer>>,
+}
+
+/// The session loop's side of the handles.
+struct SessionHost {
+    reporter: LeaseReporter,
+    deadline: watch::Sender<Deadline>,
+    counters: watch::Sender<Counters>,
+    heals: u64,
+    campaigns: BTreeMap<ElectionId, Campaign>,
+    next_request: u64,
+}
+
+impl Host<Machine> for SessionHost {
+    type Request = Request;
+
+    fn start(&mut self, now: Instant, machine: &mut Machine) {
+        if let Err(e) = machine.handle(now, Input::Start) {
+            warn!(error = %e, "session refused to start");
+        }
+    }
+
+    fn request(&mut self, now: Instant, machine: &mut Machine, request: Request) {
+        match request {
+            Request::Campaign {
+                id,
+                name,
+                value,
+                mode,
+                phase,
+            } => {
+                let input = Input::Campaign {
+                    id,
+                    name,
+                    value,
+                    mode,
+                };
+                match machine.handle(now, input) {
+                    Ok(()) => {
+                        self.campaigns.insert(
+                            id,
+                            Campaign {
+                                phase,
+                                answers: BTreeMap::new(),
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        phase.send_replace(Phase::Refused(Error::from(e)));
+                    }
+                }
+            }
+            Request::Leave { id } => {
+                // An election already over has nothing to leave.
+                let _ = machine.handle(now, Input::Leave { id });
+            }
+            Request::Ask { id, asked, reply } => {
+                self.next_request += 1;
+                let request = self.next_request;
+                let input = match asked {
+                    AskedBy::Proclaim(value) => Input::Proclaim { id, request, value },
+                    AskedBy::Txn(txn) => Input::Txn { id, request, txn },
+                };
+                match (machine.handle(now, input), self.campaigns.get_mut(&id)) {
+                    (Ok(()), Some(c)) => {
+                        c.answers.insert(request, reply);
+                    }
+                    _ => {
+                        let _ = reply.send(Answer::NotLeader);
+                    }
+                }
+            }
+            Request::Close => {
+                if let Err(e) = machine.handle(now, Input::Close) {
+                    debug!(error = %e, "close refused");
+                }
+            }
+        }
+    }
+
+    fn publish(&mut self, _now: Instant, event: Event) {
+        match event {
+            Event::Lease(e) => {
+                if matches!(e, coord_core::lease::Event::Reregistered { .. }) {
+                    self.heals += 1;
+                }
+                self.reporter.event(&e);
+            }
+            Event::Election { id, event } => self.election_event(id, event),
+        }
+    }
+
+    fn drained(&mut self, machine: &Machine) {
+        self.reporter.state(machine.state());
+        let deadline = Deadline {
+            lease: machine.lease(),
+            expires_at: machine.expires_at(),
+        };
+        self.deadline.send_if_modified(|d| {
+            let changed = *d != deadline;
+            *d = deadline;
+            changed
+        });
+        // A campaign whose phase is final and owes no answer is forgotten;
+        // one whose every handle is gone is left.
+        self.campaigns
+            .retain(|_, c| !(c.phase.borrow().is_over() && c.answers.is_empty()));
+        let counters = Counters {
+            campaigns: machine.elections(),
+            heals: self.heals,
+        };
+        self.counters.send_if_modified(|c| {
+            let changed = *c != counters;
+            *c = counters;
+            changed
+        });
+        if matches!(machine.state(), LeaseState::Closed { .. }) {
+            for (_, c) in std::mem::take(&mut self.campaigns) {
+                if !c.phase.borrow().is_over() {
+                    c.phase.send_replace(Phase::Lost(Loss::SessionClosed));
+                }
+            }
+        }
+    }
+
+    fn orphaned(&mut self, _machine: &Machine) {
+        self.reporter.abandoned();
+    }
+
+    fn ended(&mut self, _machine: &Machine) {
+        for (_, c) in std::mem::take(&mut self.campaigns) {
+            if !c.phase.borrow().is_over() {
+                c.phase.send_replace(Phase::Lost(Loss::SessionClosed));
+            }
+        }
+    }
+}
+
+impl SessionHost {
+    fn election_event(&mut self, id: ElectionId, event: ElectionEvent) {
+        let Some(c) = self.campaigns.get_mut(&id) else {
+            return;
+        };
+        let phase = match event {
+            ElectionEvent::Elected { key, lease, token } => Phase::Leading { key, lease, token },
+            ElectionEvent::NotElected { leader } => Phase::NotElected { leader },
+            ElectionEvent::Lost { reason } => {
+                debug!(election = id.0, %reason, "campaign or leadership lost");
+                Phase::Lost(reason)
+            }
+            ElectionEvent::Left => Phase::Left,
+            ElectionEvent::Answered { request, answer } => {
+                if let Some(reply) = c.answers.remove(&request) {
+                    let _ = reply.send(answer);
+                }
+                return;
+            }
+            ElectionEvent::Retrying(retry) => {
+                debug!(election = id.0, attempt = retry.attempt, failure = ?retry.failure, "campaign retrying");
+                return;
+            }
+        };
+        c.phase.send_replace(phase);
+    }
+}

@@ -1,0 +1,144 @@
+//! What every lease-holding handle (a host's liveness, a session)
+//! publishes about its lease, and how its constructor learns that the first
+//! registration succeeded or failed.
+
+use coord_core::lease::{Event, LeaseState, RevokeOutcome};
+use coord_core::LeaseId;
+use tokio::sync::{oneshot, watch};
+use tracing::{debug, info, warn};
+
+use crate::error::Error;
+
+/// The state of a handle's lease, as its `state()` receiver reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// The first registration is in flight.
+    Registering,
+    /// The lease (and a host's key) exists, kept alive.
+    Registered {
+        /// The live lease.
+        lease: LeaseId,
+    },
+    /// The lease was lost; registering again with backoff.
+    Healing {
+        /// Failed attempts since the last success.
+        attempt: u32,
+    },
+    /// `stop`/`close` is revoking the lease.
+    Closing,
+    /// Closed by `stop`/`close` or by a failed first registration.
+    Closed {
+        /// What happened to the lease.
+        revoke: RevokeOutcome,
+    },
+    /// The background task ended without a stop (every handle was
+    /// dropped): the lease is left to expire.
+    Abandoned,
+}
+
+impl From<LeaseState> for LeaseStatus {
+    fn from(s: LeaseState) -> Self {
+        match s {
+            LeaseState::Registering => LeaseStatus::Registering,
+            LeaseState::Registered { lease } => LeaseStatus::Registered { lease },
+            LeaseState::Healing { attempt } => LeaseStatus::Healing { attempt },
+            LeaseState::Closing => LeaseStatus::Closing,
+            LeaseState::Closed { revoke } => LeaseStatus::Closed { revoke },
+        }
+    }
+}
+
+/// The answer a constructor waits for: the first lease, or why not.
+pub(crate) type Ready = oneshot::Sender<Result<LeaseId, Error>>;
+
+/// Publishes a lease's status and answers the constructor once.
+pub(crate) struct LeaseReporter {
+    what: &'static str,
+    status: watch::Sender<LeaseStatus>,
+    ready: Option<Ready>,
+    first_failure: Option<Error>,
+}
+
+impl LeaseReporter {
+    pub(crate) fn new(
+        what: &'static str,
+        status: watch::Sender<LeaseStatus>,
+        ready: Ready,
+    ) -> Self {
+        LeaseReporter {
+            what,
+            status,
+            ready: Some(ready),
+            first_failure: None,
+        }
+    }
+
+    /// Logs a lease event and remembers a failed first registration.
+    pub(crate) fn event(&mut self, event: &Event) {
+        let what = self.what;
+        match event {
+            Event::Registered { lease, ttl } => info!(what, %lease, ?ttl, "lease registered"),
+            Event::Lost { lease, reason } => warn!(what, %lease, %reason, "lease lost"),
+            Event::KeepAliveInterrupted { lease, failure } => {
+                info!(what, %lease, %failure, "keep-alive stream interrupted; reopening")
+            }
+            Event::Retrying(retry) => {
+                debug!(what, attempt = retry.attempt, failure = ?retry.failure, "healing")
+            }
+            Event::Reregistered { lease, resumed } => {
+                info!(what, %lease, resumed, "lease registered again")
+            }
+            Event::StartFailed { reason } => {
+                warn!(what, %reason, "first registration failed");
+                self.first_failure = Some(Error::from_first_attempt(reason.clone()));
+            }
+            Event::Closed { revoke } => {
+                info!(what, ?revoke, "lease closed");
+                if let Some(ready) = self.ready.take() {
+                    let err = self.first_failure.take().unwrap_or(Error::TaskGone);
+                    let _ = ready.send(Err(err));
+                }
+            }
+        }
+    }
+
+    /// Publishes the machine's state; answers the constructor once the
+    /// state says registered (so it never returns a handle whose lease is
+    /// still unknown).
+    pub(crate) fn state(&mut self, state: LeaseState) {
+        let status = LeaseStatus::from(state);
+        let registered = match status {
+            LeaseStatus::Registered { lease } => Some(lease),
+            _ => None,
+        };
+        self.status.send_if_modified(|s| {
+            let changed = *s != status;
+            *s = status;
+            changed
+        });
+        if let Some(lease) = registered {
+            if let Some(ready) = self.ready.take() {
+                let _ = ready.send(Ok(lease));
+            }
+        }
+    }
+
+    /// Every handle is gone: an ungraceful stop.
+    pub(crate) fn abandoned(&mut self) {
+        debug!(
+            what = self.what,
+            "handle dropped; leaving the lease to expire"
+        );
+        self.status.send_replace(LeaseStatus::Abandoned);
+    }
+}
+
+/// Waits for the constructor's answer.
+pub(crate) async fn first_lease(
+    ready: oneshot::Receiver<Result<LeaseId, Error>>,
+) -> Result<LeaseId, Error> {
+    match ready.await {
+        Ok(answer) => answer,
+        Err(_) => Err(Error::TaskGone),
+    }
+}
