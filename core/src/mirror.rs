@@ -540,11 +540,17 @@ impl Mirror {
     }
 
     /// Records `kv`, reporting it unless it is an identical re-put (same
-    /// value and lease): then the view keeps the kv last reported, so the
-    /// view is always exactly the replay of the changes.
+    /// value, lease and incarnation): then the view keeps the kv last
+    /// reported, so the view is always exactly the replay of the changes.
+    /// A key deleted and created again (a new create revision) is a change
+    /// even with the same value and lease: an election queue orders by
+    /// create revision.
     fn apply_put(&mut self, kv: KeyValue, revision: Revision) {
         match self.view.get(&kv.key) {
-            Some(old) if old.value == kv.value && old.lease == kv.lease => {}
+            Some(old)
+                if old.value == kv.value
+                    && old.lease == kv.lease
+                    && old.create_revision == kv.create_revision => {}
             old => {
                 let previous = old.cloned();
                 self.view.insert(kv.key.clone(), kv.clone());

@@ -783,3 +783,62 @@ fn close_ends_every_campaign_then_revokes_the_lease() {
         Err(UsageError::Closed)
     );
 }
+
+#[test]
+fn a_predecessor_found_recreated_by_a_relist_no_longer_blocks_the_queue() {
+    // Found by the simulator (seed 20702, generator V4): the leader resigned
+    // and joined again with the same key, value and lease while a waiter's
+    // queue watch was being re-listed after a compaction. The re-list saw
+    // the key with a new create revision; the mirror took it for an
+    // identical re-put, kept the old create revision, and the waiter
+    // waited forever behind a phantom predecessor (with the new candidate
+    // queued behind it: a deadlock).
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    let first = kv(LeaseId(0x10), "a", 5);
+    io(
+        &mut s,
+        11,
+        joined(op, true, vec![first.clone(), kv(LEASE, "me", 20)], 20),
+    );
+    let (stream, _) = the_watch(&drain(&mut s));
+    io(
+        &mut s,
+        12,
+        Completion::WatchClosed {
+            stream,
+            failure: Failure::Compacted(25),
+        },
+    );
+    let relist = commands(&drain(&mut s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Range { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a re-list");
+    let again = KeyValue {
+        create_revision: Revision(30),
+        mod_revision: Revision(30),
+        ..first
+    };
+    io(
+        &mut s,
+        13,
+        Completion::Listed {
+            op: relist,
+            outcome: Outcome::Ok(crate::io::Listing {
+                kvs: vec![again, kv(LEASE, "me", 20)],
+                revision: Revision(31),
+            }),
+        },
+    );
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Elected {
+            key: key_of(LEASE),
+            lease: LEASE,
+            token: FencingToken(20)
+        }]
+    );
+}

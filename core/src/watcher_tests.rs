@@ -647,3 +647,38 @@ fn every_host_deleted_in_one_revision_goes_down() {
     assert!(hosts(&m).is_empty());
     assert_eq!(m.revision(), Revision(11));
 }
+
+#[test]
+fn a_host_found_recreated_by_a_relist_is_updated() {
+    // The same value and lease under a new create revision: the key was
+    // deleted and created again while unseen. Not an identical re-put.
+    let mut m = watching();
+    m.handle(
+        t(5),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::Compacted(40),
+        }),
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    let recreated = kv("a", "A", 33, 7);
+    listed(
+        &mut m,
+        6,
+        3,
+        vec![recreated.clone(), kv("b", "B", 4, 8)],
+        45,
+    );
+    let out = drain(&mut m);
+    assert!(
+        out.contains(&ev(Event::Updated {
+            host: "a".into(),
+            kv: recreated.clone(),
+            previous: kv("a", "A", 3, 7),
+            revision: Revision(45)
+        })),
+        "{out:?}"
+    );
+    assert_eq!(m.view().get("a"), Some(&recreated));
+}

@@ -313,27 +313,26 @@ impl Leadership {
     /// call time, so this is right even after a long GC pause). Use the
     /// guarded [`txn`](Self::txn) for anything that must not happen twice.
     pub fn is_leader(&self) -> bool {
-        if !matches!(*self.phase.borrow(), Phase::Leading { .. }) {
-            return false;
+        believes(&self.session, &self.phase, self.lease)
+    }
+
+    /// A cloneable view of this leadership for other tasks: `is_leader()`,
+    /// `fence()` and `lost()`, without the power to resign.
+    pub fn probe(&self) -> LeaderProbe {
+        LeaderProbe {
+            session: self.session.clone(),
+            key: self.key.clone(),
+            lease: self.lease,
+            token: self.token,
+            phase: self.phase.clone(),
         }
-        let deadline = self.session.deadline();
-        deadline.lease == Some(self.lease)
-            && deadline
-                .expires_at
-                .is_some_and(|at| self.session.now() < at)
     }
 
     /// Completes when the leadership ends: `Some(loss)` when it was lost
     /// (key deleted by anyone, lease lost or its deadline passed, session
     /// closed), `None` when this handle resigned.
     pub async fn lost(&self) -> Option<Loss> {
-        let mut phase = self.phase.clone();
-        let ended = phase.wait_for(Phase::is_over).await.map(|p| p.clone());
-        match ended {
-            Ok(Phase::Lost(loss)) => Some(loss),
-            Ok(Phase::Left) => None,
-            _ => Some(Loss::SessionClosed),
-        }
+        ended(&self.phase).await
     }
 
     /// Replaces the leader's value, only while the key still has the
@@ -396,6 +395,58 @@ impl Drop for Leadership {
         if !self.resigned.load(Ordering::Relaxed) && !self.phase.borrow().is_over() {
             let _ = self.session.send(Request::Leave { id: self.id });
         }
+    }
+}
+
+/// Leading, and the session's lease provably alive now.
+fn believes(session: &Session, phase: &watch::Receiver<Phase>, lease: LeaseId) -> bool {
+    if !matches!(*phase.borrow(), Phase::Leading { .. }) {
+        return false;
+    }
+    let deadline = session.deadline();
+    deadline.lease == Some(lease) && deadline.expires_at.is_some_and(|at| session.now() < at)
+}
+
+/// How a leadership ended (waiting until it does).
+async fn ended(phase: &watch::Receiver<Phase>) -> Option<Loss> {
+    let mut phase = phase.clone();
+    let ended = phase.wait_for(Phase::is_over).await.map(|p| p.clone());
+    match ended {
+        Ok(Phase::Lost(loss)) => Some(loss),
+        Ok(Phase::Left) => None,
+        _ => Some(Loss::SessionClosed),
+    }
+}
+
+/// A cloneable view of a [`Leadership`] (see [`Leadership::probe`]).
+#[derive(Debug, Clone)]
+pub struct LeaderProbe {
+    session: Session,
+    key: Key,
+    lease: LeaseId,
+    token: FencingToken,
+    phase: watch::Receiver<Phase>,
+}
+
+impl LeaderProbe {
+    /// As [`Leadership::is_leader`].
+    pub fn is_leader(&self) -> bool {
+        believes(&self.session, &self.phase, self.lease)
+    }
+
+    /// As [`Leadership::fence`].
+    pub fn fence(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The leader's key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// As [`Leadership::lost`].
+    pub async fn lost(&self) -> Option<Loss> {
+        ended(&self.phase).await
     }
 }
 

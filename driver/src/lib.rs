@@ -80,7 +80,7 @@ pub use coord_core::io::{
 };
 pub use coord_core::observer::Leader;
 pub use coord_core::{FencingToken, Key};
-pub use election::{Election, Leadership, MutexGuard};
+pub use election::{Election, LeaderProbe, Leadership, MutexGuard};
 pub use mutex::Mutex;
 pub use observe::Observe;
 pub use pool::{ElectionPool, PoolStats};

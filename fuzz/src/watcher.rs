@@ -312,7 +312,12 @@ impl Harness {
                     Some(&previous),
                     "Updated's previous is the view's"
                 );
-                assert!(kv.value != previous.value || kv.lease != previous.lease);
+                assert!(
+                    kv.value != previous.value
+                        || kv.lease != previous.lease
+                        || kv.create_revision != previous.create_revision,
+                    "an Updated changes something"
+                );
             }
             Event::Down { host, revision, .. } => {
                 check_revision(revision);

@@ -67,6 +67,25 @@ pub enum Invariant {
     WatcherConverges,
     /// An undisturbed watcher missed a change.
     WatcherComplete,
+    /// Two handles of one name believed they lead while both keys existed.
+    OneLeader,
+    /// A leader's belief outlived its key (beyond the bound).
+    BeliefEnds,
+    /// A write landed on a fenced resource under a token that did not hold
+    /// the name.
+    Fenced,
+    /// A name had no leader long after the heal.
+    LeaderAfterHeal,
+    /// A waiter whose key was deleted was elected, or failed late.
+    NoZombie,
+    /// A withdrawn campaign's key outlived the bound.
+    WithdrawnLeavesNoKey,
+    /// A try that lost created its key.
+    TryWritesNothing,
+    /// An undisturbed session held more than one lease.
+    OneLeasePerSession,
+    /// A session reported a lease etcd did not have.
+    SessionLeaseLives,
 }
 
 /// One violation.
@@ -99,10 +118,21 @@ pub struct Verdict {
     /// as a percentage of the fleet (fleets of 5 or more hosts): the
     /// re-registration peak, where a thundering herd would show.
     pub peak_grant_pct: Option<u64>,
+    /// A leader's process crashed to a successor leading, minus its TTL, ms.
+    pub failover_ms: Vec<u64>,
+    /// Resign to the successor elected, ms.
+    pub handover_ms: Vec<u64>,
 }
 
 impl Verdict {
-    fn violate(&mut self, invariant: Invariant, at_ms: u64, host: Option<usize>, detail: String) {
+    /// Records a violation (at most one per invariant and host).
+    pub(crate) fn violate(
+        &mut self,
+        invariant: Invariant,
+        at_ms: u64,
+        host: Option<usize>,
+        detail: String,
+    ) {
         let dup = self
             .violations
             .iter()
@@ -159,6 +189,9 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     no_ghost(case, history, &samples, &mut v);
     heal_latencies(history, &samples, &mut v);
     watchers(history, heal_at, stop_all_at, &mut v);
+    if !case.contenders.is_empty() {
+        crate::election_checker::check(case, history, &mut v);
+    }
     // Only fleets large enough for a herd to mean something.
     if case.ttls.len() >= 5 {
         let fleet = u64::try_from(case.ttls.len()).unwrap_or(1);

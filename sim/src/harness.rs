@@ -111,6 +111,28 @@ pub fn watcher_bound() -> Duration {
     o.probe_interval + o.request_timeout + o.backoff.cap + Duration::from_secs(4)
 }
 
+/// How long after the heal every name with a live contender must have a
+/// leader: the longest TTL (a dead leader's key expires) plus expiry slack,
+/// then a silent queue watch noticed within the probe interval plus a
+/// request timeout, the retry waiting at most the backoff cap, and 4 s for
+/// the round trips of a join.
+pub fn election_bound(case: &Case) -> Duration {
+    let o = coord::SessionOptions::default();
+    let ttl = case
+        .contenders
+        .iter()
+        .map(|c| c.ttl)
+        .max()
+        .unwrap_or(2)
+        .max(2);
+    Duration::from_secs(ttl)
+        + EXPIRY_SLACK
+        + o.probe_interval
+        + o.request_timeout
+        + o.backoff.cap
+        + Duration::from_secs(4)
+}
+
 /// Extra time after a host's TTL before its crashed key must be gone: the
 /// lessor checks every 500 ms, plus 1 s of slack.
 pub const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
@@ -120,16 +142,16 @@ pub const EXPIRY_SLACK: Duration = Duration::from_millis(1500);
 pub const SETTLED: Duration = Duration::from_secs(10);
 
 /// A simulated process and the faults on it.
-struct Proc {
-    node: NodeId,
-    condition: Condition,
+pub(crate) struct Proc {
+    pub(crate) node: NodeId,
+    pub(crate) condition: Condition,
     to_etcd: u32,
     from_etcd: u32,
     pauses: u32,
 }
 
 impl Proc {
-    fn new(node: NodeId) -> Self {
+    pub(crate) fn new(node: NodeId) -> Self {
         Proc {
             node,
             condition: Condition::Alive,
@@ -139,7 +161,7 @@ impl Proc {
         }
     }
 
-    fn partition(&mut self, etcd: NodeId, direction: Direction) {
+    pub(crate) fn partition(&mut self, etcd: NodeId, direction: Direction) {
         let net = NetSim::current();
         if matches!(direction, Direction::ToEtcd | Direction::Both) {
             self.to_etcd += 1;
@@ -152,7 +174,7 @@ impl Proc {
     }
 
     /// Returns true when no partition remains after this one ends.
-    fn end_partition(&mut self, etcd: NodeId, direction: Direction) -> bool {
+    pub(crate) fn end_partition(&mut self, etcd: NodeId, direction: Direction) -> bool {
         let net = NetSim::current();
         let before = self.to_etcd + self.from_etcd;
         if matches!(direction, Direction::ToEtcd | Direction::Both) {
@@ -170,7 +192,7 @@ impl Proc {
         before > 0 && self.to_etcd + self.from_etcd == 0
     }
 
-    fn pause(&mut self) -> bool {
+    pub(crate) fn pause(&mut self) -> bool {
         if self.condition == Condition::Crashed {
             return false;
         }
@@ -181,7 +203,7 @@ impl Proc {
     }
 
     /// Returns true when the process runs again.
-    fn end_pause(&mut self) -> bool {
+    pub(crate) fn end_pause(&mut self) -> bool {
         if self.pauses == 0 {
             return false;
         }
@@ -194,7 +216,7 @@ impl Proc {
         true
     }
 
-    fn heal(&mut self, etcd: NodeId) -> (bool, bool) {
+    pub(crate) fn heal(&mut self, etcd: NodeId) -> (bool, bool) {
         let mut partition_ended = false;
         while self.to_etcd > 0 {
             partition_ended |= self.end_partition(etcd, Direction::ToEtcd);
@@ -225,38 +247,39 @@ struct WatcherSlot {
 }
 
 #[derive(Default)]
-struct Fleet {
+pub(crate) struct Fleet {
     hosts: Vec<Slot>,
     watchers: Vec<WatcherSlot>,
+    pub(crate) contenders: Vec<crate::contenders::ContenderSlot>,
 }
 
-type Shared = Arc<Mutex<Fleet>>;
+pub(crate) type Shared = Arc<Mutex<Fleet>>;
 
-fn fleet(s: &Shared) -> MutexGuard<'_, Fleet> {
+pub(crate) fn fleet(s: &Shared) -> MutexGuard<'_, Fleet> {
     s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Clone)]
-struct World {
-    start: Instant,
-    etcd: SharedEtcd,
-    etcd_node: NodeId,
+pub(crate) struct World {
+    pub(crate) start: Instant,
+    pub(crate) etcd: SharedEtcd,
+    pub(crate) etcd_node: NodeId,
     etcd_ep: Endpoint,
-    fleet: Shared,
+    pub(crate) fleet: Shared,
     recorder: Recorder,
     anomalies: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl World {
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         now_ms(self.start)
     }
 
-    fn record(&self, what: What) {
+    pub(crate) fn record(&self, what: What) {
         self.recorder.record(self.now(), what);
     }
 
-    async fn client(&self, id: u64) -> Option<SimEtcd> {
+    pub(crate) async fn client(&self, id: u64) -> Option<SimEtcd> {
         let server = SocketAddr::from((ETCD_IP, ETCD_PORT));
         SimEtcd::connect(server, id, Arc::clone(&self.anomalies))
             .await
@@ -331,22 +354,28 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
             .build();
         fleet(&world.fleet).hosts[i].proc.node = node.id();
     }
+    crate::contenders::spawn_all(&world, &wrap, case);
     let sampler = madsim::task::spawn(sample_forever(world.clone()));
 
     for tf in &case.faults {
         sleep_until(start + Duration::from_millis(tf.at_ms)).await;
-        inject(&world, &tf.fault);
+        inject(&world, case, &tf.fault);
     }
     sleep_until(start + Duration::from_millis(case.phase1_ms)).await;
     heal_all(&world);
     world.record(What::HealAll);
-    sleep(heal_bound().max(watcher_bound()) + SETTLED).await;
+    let mut settle = heal_bound().max(watcher_bound());
+    if !case.contenders.is_empty() {
+        settle = settle.max(election_bound(case));
+    }
+    sleep(settle + SETTLED).await;
 
     world.record(What::StopAll);
     for slot in fleet(&world.fleet).hosts.iter_mut() {
         slot.stopped = true;
         slot.stop.send_replace(true);
     }
+    crate::contenders::stop_all(&world);
     let max_ttl = case.ttls.iter().copied().max().unwrap_or(2).max(2);
     sleep(Duration::from_secs(2 * max_ttl) + Duration::from_secs(10)).await;
     sampler.abort();
@@ -366,6 +395,14 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         (st.revision_times.clone(), st.grant_times.clone(), changes)
     };
     world.record(What::RevisionTimes(times));
+    if !case.contenders.is_empty() {
+        let (log, owners) = {
+            let st = lock(&world.etcd);
+            (st.other_changes.clone(), st.lease_owners.clone())
+        };
+        world.record(What::ElectionLog(log));
+        world.record(What::LeaseOwners(owners));
+    }
     world.record(What::GrantTimes(grants));
     world.record(What::KeyChanges(changes));
     let history = world.recorder.snapshot();
@@ -378,6 +415,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
             .iter()
             .map(|s| s.proc.node)
             .chain(f.watchers.iter().map(|s| s.proc.node))
+            .chain(f.contenders.iter().map(|s| s.proc.node))
             .collect()
     };
     for node in nodes {
@@ -559,13 +597,26 @@ async fn sample_forever(w: World) {
         };
         w.record(What::Sample(hosts));
         w.record(What::WatcherSample(watchers));
+        let contenders = {
+            let st = lock(&w.etcd);
+            crate::contenders::sample(&w, &st)
+        };
+        if !contenders.is_empty() {
+            w.record(What::ContenderSample(contenders));
+        }
         sleep(SAMPLE_EVERY).await;
     }
 }
 
-fn inject(w: &World, fault: &Fault) {
+fn inject(w: &World, case: &Case, fault: &Fault) {
     let handle = Handle::current();
     let now = w.now();
+    if let Some(applied) = crate::contenders::inject(w, case, fault) {
+        if applied {
+            w.record(What::Fault(fault.clone()));
+        }
+        return;
+    }
     let applied = match fault.clone() {
         Fault::LeaderChange { unavailable_ms } => {
             let window = Duration::from_millis(unavailable_ms);
@@ -695,6 +746,13 @@ fn inject(w: &World, fault: &Fault) {
             }
             node.is_some()
         }
+        // Taken by the contenders above.
+        Fault::ContenderCrash { .. }
+        | Fault::ContenderPartition { .. }
+        | Fault::ContenderPause { .. }
+        | Fault::DeleteLeaderKey { .. }
+        | Fault::DeleteWaiterKey { .. }
+        | Fault::RevokeLeaderLease { .. } => false,
     };
     if applied {
         w.record(What::Fault(fault.clone()));
@@ -716,6 +774,7 @@ fn restart(w: &World, host: usize) {
 }
 
 fn heal_all(w: &World) {
+    crate::contenders::heal_all(w);
     let (hosts, watchers) = {
         let mut f = fleet(&w.fleet);
         let hosts: Vec<(bool, bool)> = f

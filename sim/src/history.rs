@@ -115,6 +115,157 @@ pub enum What {
     /// Every change of a host key: (virtual ms, host index, revision,
     /// present after it); recorded at the end.
     KeyChanges(Vec<(u64, usize, i64, bool)>),
+    /// An election or lock process did something.
+    Contender {
+        /// Contender index.
+        contender: usize,
+        /// Process incarnation.
+        incarnation: u64,
+        /// The election or lock name.
+        name: String,
+        /// What.
+        event: ContenderEvent,
+    },
+    /// Every contender's leaderships, judged from outside, with each
+    /// `Sample`.
+    ContenderSample(Vec<ContenderSample>),
+    /// A crashed contender was restarted.
+    ContenderRestarted {
+        /// Contender index.
+        contender: usize,
+    },
+    /// A partition of a contender ended.
+    ContenderPartitionEnded {
+        /// Contender index.
+        contender: usize,
+    },
+    /// A pause of a contender ended.
+    ContenderResumed {
+        /// Contender index.
+        contender: usize,
+    },
+    /// A fault removed a candidate's key from outside (a delete, or its
+    /// lease revoked).
+    KeyRemovedOutside {
+        /// The key.
+        key: String,
+        /// Its lease.
+        lease: i64,
+    },
+    /// Every change of a key outside the hosts' prefix (election queues,
+    /// fenced resources); recorded at the end.
+    ElectionLog(Vec<LogEntry>),
+    /// Which client each lease was granted to; recorded at the end.
+    LeaseOwners(std::collections::BTreeMap<i64, u64>),
+}
+
+/// How a contender campaigned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CampaignMode {
+    /// Until elected.
+    Wait,
+    /// One round trip.
+    Try,
+    /// Until elected or this many ms passed (then withdrawn).
+    WaitAtMost(u64),
+}
+
+/// What a fenced write came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// etcd applied it.
+    Applied,
+    /// etcd refused the guard.
+    NotLeader,
+    /// Failed or unknown.
+    Failed,
+}
+
+/// What an election or lock process did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContenderEvent {
+    /// A campaign began.
+    Started {
+        /// How.
+        mode: CampaignMode,
+    },
+    /// Elected (the lock is held).
+    Elected {
+        /// The fencing token.
+        token: i64,
+        /// The session's lease.
+        lease: i64,
+        /// The key.
+        key: String,
+    },
+    /// A try lost.
+    TryLost,
+    /// A campaign with a time limit was withdrawn.
+    Cancelled {
+        /// The session's lease then (the withdrawn key's), if known.
+        lease: Option<i64>,
+    },
+    /// A campaign failed.
+    Failed {
+        /// The error.
+        error: String,
+        /// It was `Error::Lost` (the key or lease went while waiting).
+        lost: bool,
+    },
+    /// A leadership was lost.
+    Lost {
+        /// Why.
+        reason: String,
+    },
+    /// It began to resign.
+    Resigning,
+    /// It resigned.
+    Resigned {
+        /// etcd answered in time.
+        ok: bool,
+    },
+    /// A fenced write.
+    Write {
+        /// The token written.
+        token: i64,
+        /// Its fate.
+        outcome: WriteOutcome,
+    },
+}
+
+/// One contender in a sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContenderSample {
+    /// Its process.
+    pub condition: Condition,
+    /// The leaderships whose `is_leader()` is true now: (name, key, token,
+    /// whether the key exists in etcd now).
+    pub believes: Vec<(String, String, i64, bool)>,
+    /// Live leases granted to it.
+    pub leases: usize,
+    /// The lease its session reports registered, and whether etcd has it.
+    pub session_lease: Option<(i64, bool)>,
+}
+
+/// One change of a key outside the hosts' prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    /// Virtual ms.
+    pub at_ms: u64,
+    /// The revision.
+    pub revision: i64,
+    /// The key.
+    pub key: String,
+    /// Present after the change.
+    pub present: bool,
+    /// The key's create revision (of the incarnation changed).
+    pub create_revision: i64,
+    /// The value after a put.
+    pub value: Vec<u8>,
+    /// The lease.
+    pub lease: i64,
+    /// Why a delete happened.
+    pub cause: Option<crate::model::DeleteCause>,
 }
 
 /// The kind of a watcher event.

@@ -15,6 +15,10 @@ pub mod checker;
 #[cfg(madsim)]
 pub mod client;
 #[cfg(madsim)]
+pub mod contenders;
+#[cfg(madsim)]
+pub mod election_checker;
+#[cfg(madsim)]
 pub mod harness;
 #[cfg(madsim)]
 pub mod history;

@@ -4,6 +4,7 @@
 //! cargo run --release -p coord-sim -- [--seeds N] [--start S] [--hosts N]
 //!                                     [--faults N] [--duration SECS] [--jobs N]
 //! cargo run --release -p coord-sim -- --seed S      # replay one run, print its timeline
+//! COORD_SIM_LOG=coord=debug cargo run ... --seed S   # ... with the driver's logs
 //! ```
 //!
 //! Built normally, this binary rebuilds and runs itself under madsim
@@ -74,7 +75,7 @@ mod campaign {
         generator: Generator,
     }
 
-    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N] [--generator 1|2|3]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS] [--generator 1|2|3]";
+    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N] [--generator 1|2|3|4]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS] [--generator 1|2|3|4]";
 
     fn parse() -> Result<Args, String> {
         let mut a = Args {
@@ -109,7 +110,8 @@ mod campaign {
                         1 => Generator::V1,
                         2 => Generator::V2,
                         3 => Generator::V3,
-                        _ => return Err(format!("--generator: 1, 2 or 3\n{USAGE}")),
+                        4 => Generator::V4,
+                        _ => return Err(format!("--generator: 1, 2, 3 or 4\n{USAGE}")),
                     }
                 }
                 _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
@@ -133,7 +135,8 @@ mod campaign {
         match generator {
             Generator::V1 => cmd += " --generator 1",
             Generator::V2 => cmd += " --generator 2",
-            Generator::V3 => {}
+            Generator::V3 => cmd += " --generator 3",
+            Generator::V4 => {}
         }
         cmd
     }
@@ -147,6 +150,14 @@ mod campaign {
             }
         };
         if let Some(seed) = args.replay {
+            // COORD_SIM_LOG=debug (a tracing filter) logs what the driver
+            // does in the replayed run.
+            if let Ok(filter) = std::env::var("COORD_SIM_LOG") {
+                let _ = tracing_subscriber::fmt()
+                    .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                    .with_writer(std::io::stderr)
+                    .try_init();
+            }
             let r = run_case(&Case::generate_with(seed, args.shape, args.generator));
             print!("{}", timeline(&r));
             return i32::from(!r.passed());

@@ -44,7 +44,20 @@ pub enum Event {
         revision: i64,
         /// The deleted kv.
         prev: KeyValue,
+        /// Why.
+        cause: DeleteCause,
     },
+}
+
+/// Why a key was deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteCause {
+    /// A delete (or a transaction's).
+    Deleted,
+    /// Its lease was revoked.
+    Revoked,
+    /// Its lease expired.
+    Expired,
 }
 
 impl Event {
@@ -302,11 +315,15 @@ impl EtcdModel {
 
     /// Revokes a lease, deleting its keys in one revision.
     pub fn revoke(&mut self, id: i64) -> Result<(), ModelError> {
+        self.end_lease(id, DeleteCause::Revoked)
+    }
+
+    fn end_lease(&mut self, id: i64, cause: DeleteCause) -> Result<(), ModelError> {
         let lease = self.leases.remove(&id).ok_or(ModelError::LeaseNotFound)?;
         if !lease.keys.is_empty() {
             self.revision += 1;
             for key in lease.keys {
-                self.delete_at(&key, self.revision);
+                self.delete_at(&key, self.revision, cause);
             }
         }
         Ok(())
@@ -322,7 +339,7 @@ impl EtcdModel {
             .map(|(id, _)| *id)
             .collect();
         for id in &due {
-            let _ = self.revoke(*id);
+            let _ = self.end_lease(*id, DeleteCause::Expired);
         }
         due
     }
@@ -351,7 +368,7 @@ impl EtcdModel {
     pub fn delete(&mut self, key: &[u8]) -> Option<KeyValue> {
         let prev = self.kvs.get(key).cloned()?;
         self.revision += 1;
-        self.delete_at(key, self.revision);
+        self.delete_at(key, self.revision, DeleteCause::Deleted);
         Some(prev)
     }
 
@@ -428,7 +445,7 @@ impl EtcdModel {
                 TxnOp::Delete { key } => {
                     let existed = self.kvs.contains_key(key);
                     if existed {
-                        self.delete_at(key, rev);
+                        self.delete_at(key, rev, DeleteCause::Deleted);
                         *wrote = true;
                     }
                     OpResult::Delete(i64::from(existed))
@@ -515,7 +532,7 @@ impl EtcdModel {
         self.history.push(Event::Put { kv, prev });
     }
 
-    fn delete_at(&mut self, key: &[u8], rev: i64) {
+    fn delete_at(&mut self, key: &[u8], rev: i64, cause: DeleteCause) {
         if let Some(prev) = self.kvs.remove(key) {
             if prev.lease != 0 {
                 if let Some(l) = self.leases.get_mut(&prev.lease) {
@@ -526,6 +543,7 @@ impl EtcdModel {
                 key: key.to_vec(),
                 revision: rev,
                 prev,
+                cause,
             });
         }
     }

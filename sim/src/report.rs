@@ -31,6 +31,10 @@ pub struct Summary {
     pub lag_ms: Vec<u64>,
     /// Per run: most grants in one second, % of the fleet.
     pub peak_grant_pct: Vec<u64>,
+    /// Leader crash to successor leading, minus the TTL, ms.
+    pub failover_ms: Vec<u64>,
+    /// Resign to successor elected, ms.
+    pub handover_ms: Vec<u64>,
 }
 
 impl Summary {
@@ -51,6 +55,8 @@ impl Summary {
         self.heal_ms.extend(&r.verdict.heal_ms);
         self.lag_ms.extend(&r.verdict.lag_ms);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
+        self.failover_ms.extend(&r.verdict.failover_ms);
+        self.handover_ms.extend(&r.verdict.handover_ms);
         if r.passed() {
             return None;
         }
@@ -109,12 +115,24 @@ impl Summary {
         let _ = writeln!(
             out,
             "{:<34} {:>14}",
+            "failover (minus TTL) p50/p99/max",
+            percentiles(&self.failover_ms)
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "handover p50/p99/max",
+            percentiles(&self.handover_ms)
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
             "peak grants/s, % of fleet p50/p99/max",
             percentiles(&self.peak_grant_pct).replace(" ms", " %")
         );
         let _ = writeln!(
             out,
-            "(detection and heal are sampled every {} ms: detection = crash to key gone, heal = path to etcd clear to registered; watcher lag = etcd change to event, undisturbed watchers)",
+            "(detection, heal and failover are sampled every {} ms: detection = crash to key gone, heal = path to etcd clear to registered; watcher lag = etcd change to event, undisturbed watchers; failover = a leader's crash to its successor leading, minus the crashed leader's TTL; handover = resign to the next leader elected)",
             SAMPLE_EVERY.as_millis()
         );
         for f in &self.failures {
@@ -201,7 +219,22 @@ pub fn timeline(r: &CaseResult) -> String {
                     event.revision
                 );
             }
-            What::WatcherSample(_) | What::RevisionTimes(_) => {}
+            What::Contender {
+                contender,
+                incarnation,
+                name,
+                event,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{t}  contender-{contender}#{incarnation} {name}: {event:?}"
+                );
+            }
+            What::WatcherSample(_)
+            | What::RevisionTimes(_)
+            | What::ContenderSample(_)
+            | What::ElectionLog(_)
+            | What::LeaseOwners(_) => {}
             other => {
                 let _ = writeln!(out, "{t}  harness {other:?}");
             }

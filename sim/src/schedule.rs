@@ -87,6 +87,65 @@ pub enum Fault {
         /// For how long, ms.
         ms: u64,
     },
+    /// An election or lock process crashes and restarts later.
+    ContenderCrash {
+        /// Contender index.
+        contender: usize,
+        /// Down for, ms.
+        down_ms: u64,
+    },
+    /// An election or lock process cut off from etcd.
+    ContenderPartition {
+        /// Contender index.
+        contender: usize,
+        /// Which way.
+        direction: Direction,
+        /// For how long, ms.
+        ms: u64,
+    },
+    /// A GC pause of an election or lock process.
+    ContenderPause {
+        /// Contender index.
+        contender: usize,
+        /// For how long, ms.
+        ms: u64,
+    },
+    /// Someone deletes the current leader's (holder's) key of a name, as
+    /// `etcdctl del` would.
+    DeleteLeaderKey {
+        /// Name index.
+        name: usize,
+    },
+    /// Someone deletes a waiting candidate's key of a name.
+    DeleteWaiterKey {
+        /// Name index.
+        name: usize,
+    },
+    /// Someone revokes the lease of a name's current leader.
+    RevokeLeaderLease {
+        /// Name index.
+        name: usize,
+    },
+}
+
+/// What an election or lock process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContenderKind {
+    /// An `Election` on a session of its own, campaigning for `e`.
+    Candidate,
+    /// A `Mutex` on a session of its own, locking `l`.
+    Locker,
+    /// An `ElectionPool`: one session campaigning for every pool name.
+    Pool,
+}
+
+/// One election or lock process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContenderSpec {
+    /// What it runs.
+    pub kind: ContenderKind,
+    /// Its session's lease TTL, seconds.
+    pub ttl: u64,
 }
 
 /// Watchers in every run.
@@ -106,6 +165,12 @@ impl Fault {
             Fault::RevokeLease { .. } => "lease revoked outside",
             Fault::PartitionWatcher { .. } => "watcher partition",
             Fault::PauseWatcher { .. } => "watcher GC pause",
+            Fault::ContenderCrash { .. } => "contender crash",
+            Fault::ContenderPartition { .. } => "contender partition",
+            Fault::ContenderPause { .. } => "contender GC pause",
+            Fault::DeleteLeaderKey { .. } => "leader key deleted outside",
+            Fault::DeleteWaiterKey { .. } => "waiter key deleted outside",
+            Fault::RevokeLeaderLease { .. } => "leader lease revoked outside",
         }
     }
 }
@@ -120,7 +185,7 @@ pub struct TimedFault {
 }
 
 /// One simulated run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Case {
     /// The seed this case was generated from (also madsim's seed).
     pub seed: u64,
@@ -130,6 +195,56 @@ pub struct Case {
     pub faults: Vec<TimedFault>,
     /// Length of phase 1 (faults on), ms. Phase 2 heals everything.
     pub phase1_ms: u64,
+    /// Election and lock processes (none before generator V4).
+    pub contenders: Vec<ContenderSpec>,
+    /// Names every pool campaigns for (`p0`, `p1`, ...).
+    pub pool_names: usize,
+}
+
+// By hand, so a case without contenders prints (and fingerprints) exactly
+// as before they existed: pinned seeds keep their schedules.
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Case");
+        d.field("seed", &self.seed)
+            .field("ttls", &self.ttls)
+            .field("faults", &self.faults)
+            .field("phase1_ms", &self.phase1_ms);
+        if !self.contenders.is_empty() {
+            d.field("contenders", &self.contenders)
+                .field("pool_names", &self.pool_names);
+        }
+        d.finish()
+    }
+}
+
+impl Case {
+    /// Every election or lock name of the case, in the order faults index
+    /// them: `e` (candidates), `l` (lockers), then the pool names.
+    pub fn names(&self) -> Vec<String> {
+        let has = |k: ContenderKind| self.contenders.iter().any(|c| c.kind == k);
+        let mut names = Vec::new();
+        if has(ContenderKind::Candidate) {
+            names.push("e".to_string());
+        }
+        if has(ContenderKind::Locker) {
+            names.push("l".to_string());
+        }
+        if has(ContenderKind::Pool) {
+            names.extend((0..self.pool_names).map(|i| format!("p{i}")));
+        }
+        names
+    }
+
+    /// The names contender `c` campaigns for.
+    pub fn names_of(&self, c: usize) -> Vec<String> {
+        match self.contenders.get(c).map(|s| s.kind) {
+            Some(ContenderKind::Candidate) => vec!["e".into()],
+            Some(ContenderKind::Locker) => vec!["l".into()],
+            Some(ContenderKind::Pool) => (0..self.pool_names).map(|i| format!("p{i}")).collect(),
+            None => Vec::new(),
+        }
+    }
 }
 
 /// Shape of generated cases.
@@ -164,16 +279,36 @@ pub enum Generator {
     /// V1 plus stop under faults and leases revoked from outside.
     V2,
     /// V2 plus partitions and GC pauses of the watchers.
-    #[default]
     V3,
+    /// V3 plus election, lock and pool processes and their faults
+    /// (crashes, partitions, pauses, outside deletes of leader and waiter
+    /// keys, outside revokes of a leader's lease).
+    #[default]
+    V4,
 }
 
 fn fault(generator: Generator) -> BoxedStrategy<Fault> {
     match generator {
         Generator::V1 => fault_v1().boxed(),
         Generator::V2 => fault_v2().boxed(),
-        // Flat and weighted: every kind gets a fair share.
-        Generator::V3 => prop_oneof![
+        Generator::V3 => fault_v3().boxed(),
+        Generator::V4 => prop_oneof![
+            6 => fault_v3(),
+            1 => contender_crash(),
+            1 => contender_partition(),
+            1 => contender_pause(),
+            1 => (0usize..8).prop_map(|name| Fault::DeleteLeaderKey { name }),
+            1 => (0usize..8).prop_map(|name| Fault::DeleteWaiterKey { name }),
+            1 => (0usize..8).prop_map(|name| Fault::RevokeLeaderLease { name }),
+        ]
+        .boxed(),
+    }
+}
+
+// V3 is frozen: its structure decides the values a seed yields.
+fn fault_v3() -> impl Strategy<Value = Fault> {
+    // Flat and weighted: every kind gets a fair share.
+    prop_oneof![
             2 => leader_change(),
             2 => Just(Fault::Compact),
             2 => partition(),
@@ -184,9 +319,49 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
             1 => revoke(),
             1 => watcher_partition(),
             1 => watcher_pause(),
-        ]
-        .boxed(),
-    }
+    ]
+}
+
+fn contender_crash() -> impl Strategy<Value = Fault> {
+    (0usize..8, 500u64..20_000)
+        .prop_map(|(contender, down_ms)| Fault::ContenderCrash { contender, down_ms })
+}
+
+fn contender_partition() -> impl Strategy<Value = Fault> {
+    (0usize..8, direction(), 100u64..20_000).prop_map(|(contender, direction, ms)| {
+        Fault::ContenderPartition {
+            contender,
+            direction,
+            ms,
+        }
+    })
+}
+
+fn contender_pause() -> impl Strategy<Value = Fault> {
+    (0usize..8, 100u64..15_000).prop_map(|(contender, ms)| Fault::ContenderPause { contender, ms })
+}
+
+fn contenders() -> impl Strategy<Value = (Vec<ContenderSpec>, usize)> {
+    (
+        proptest::collection::vec(2u64..=10, 1..=3),
+        proptest::collection::vec(2u64..=10, 0..=2),
+        proptest::option::of((2u64..=10, 2u64..=10, 2usize..=4)),
+    )
+        .prop_map(|(candidates, lockers, pools)| {
+            let spec = |kind| move |ttl| ContenderSpec { kind, ttl };
+            let mut all: Vec<ContenderSpec> = candidates
+                .into_iter()
+                .map(spec(ContenderKind::Candidate))
+                .chain(lockers.into_iter().map(spec(ContenderKind::Locker)))
+                .collect();
+            let mut names = 0;
+            if let Some((a, b, n)) = pools {
+                all.push(spec(ContenderKind::Pool)(a));
+                all.push(spec(ContenderKind::Pool)(b));
+                names = n;
+            }
+            (all, names)
+        })
 }
 
 fn fault_v2() -> impl Strategy<Value = Fault> {
@@ -260,38 +435,88 @@ fn fault_v1() -> impl Strategy<Value = Fault> {
 }
 
 /// The strategy for cases of a shape (current generator).
-pub fn cases(shape: Shape) -> impl Strategy<Value = Case> {
+pub fn cases(shape: Shape) -> BoxedStrategy<Case> {
     cases_with(shape, Generator::default())
 }
 
 /// The strategy for cases of a shape with a given generator.
-pub fn cases_with(shape: Shape, generator: Generator) -> impl Strategy<Value = Case> {
+pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
     let phase1_ms = u64::try_from(shape.phase1.as_millis()).unwrap_or(u64::MAX);
-    (
+    let base = (
         any::<u64>(),
         proptest::collection::vec(2u64..=10, 1..=shape.max_hosts.max(1)),
         proptest::collection::vec(
             (0..phase1_ms.max(1), fault(generator)),
             0..=shape.max_faults,
         ),
-    )
-        .prop_map(move |(seed, ttls, faults)| {
-            let n = ttls.len();
-            let mut faults: Vec<TimedFault> = faults
-                .into_iter()
-                .map(|(at_ms, fault)| TimedFault {
+    );
+    let build = move |(seed, ttls, faults): (u64, Vec<u64>, Vec<(u64, Fault)>),
+                      (contenders, pool_names): (Vec<ContenderSpec>, usize)| {
+        let mut case = Case {
+            seed,
+            ttls,
+            faults: Vec::new(),
+            phase1_ms,
+            contenders,
+            pool_names,
+        };
+        let n = case.ttls.len();
+        let (c, names) = (case.contenders.len(), case.names().len());
+        let mut faults: Vec<TimedFault> = faults
+            .into_iter()
+            .filter_map(|(at_ms, fault)| {
+                Some(TimedFault {
                     at_ms,
-                    fault: bound_host(fault, n),
+                    fault: bound_contender(bound_host(fault, n), c, names)?,
                 })
-                .collect();
-            faults.sort_by_key(|f| f.at_ms);
-            Case {
-                seed,
-                ttls,
-                faults,
-                phase1_ms,
-            }
-        })
+            })
+            .collect();
+        faults.sort_by_key(|f| f.at_ms);
+        case.faults = faults;
+        case
+    };
+    match generator {
+        Generator::V1 | Generator::V2 | Generator::V3 => {
+            base.prop_map(move |b| build(b, (Vec::new(), 0))).boxed()
+        }
+        Generator::V4 => (base, contenders())
+            .prop_map(move |(b, c)| build(b, c))
+            .boxed(),
+    }
+}
+
+/// Maps contender and name indexes into the case's; `None` for a
+/// contender fault in a case without contenders.
+fn bound_contender(fault: Fault, contenders: usize, names: usize) -> Option<Fault> {
+    Some(match fault {
+        Fault::ContenderCrash { contender, down_ms } => Fault::ContenderCrash {
+            contender: contender.checked_rem(contenders)?,
+            down_ms,
+        },
+        Fault::ContenderPartition {
+            contender,
+            direction,
+            ms,
+        } => Fault::ContenderPartition {
+            contender: contender.checked_rem(contenders)?,
+            direction,
+            ms,
+        },
+        Fault::ContenderPause { contender, ms } => Fault::ContenderPause {
+            contender: contender.checked_rem(contenders)?,
+            ms,
+        },
+        Fault::DeleteLeaderKey { name } => Fault::DeleteLeaderKey {
+            name: name.checked_rem(names)?,
+        },
+        Fault::DeleteWaiterKey { name } => Fault::DeleteWaiterKey {
+            name: name.checked_rem(names)?,
+        },
+        Fault::RevokeLeaderLease { name } => Fault::RevokeLeaderLease {
+            name: name.checked_rem(names)?,
+        },
+        other => other,
+    })
 }
 
 fn bound_host(fault: Fault, n: usize) -> Fault {
@@ -339,6 +564,8 @@ impl Case {
                 ttls: vec![3],
                 faults: Vec::new(),
                 phase1_ms: 0,
+                contenders: Vec::new(),
+                pool_names: 0,
             },
         };
         case.seed = seed;

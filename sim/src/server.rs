@@ -50,6 +50,10 @@ pub struct EtcdState {
     /// Every change of a key under the hosts' prefix: (virtual ms, key,
     /// revision, present after it). The exact truth the watchers owe.
     pub key_changes: Vec<(u64, Vec<u8>, i64, bool)>,
+    /// Every change of any other key (election queues, fenced resources).
+    pub other_changes: Vec<crate::history::LogEntry>,
+    /// Which client each lease was granted to.
+    pub lease_owners: BTreeMap<i64, u64>,
 }
 
 /// One open watch.
@@ -74,14 +78,31 @@ impl EtcdState {
         if self.model.revision() > last {
             // Called after every change, before any compaction can drop it.
             let prefix = coord::DEFAULT_PREFIX.as_bytes();
-            for e in self
-                .model
-                .events_since(prefix, last + 1)
-                .unwrap_or_default()
-            {
+            for e in self.model.events_since(b"", last + 1).unwrap_or_default() {
                 let present = matches!(e, model::Event::Put { .. });
-                self.key_changes
-                    .push((now, e.key().to_vec(), e.revision(), present));
+                if e.key().starts_with(prefix) {
+                    self.key_changes
+                        .push((now, e.key().to_vec(), e.revision(), present));
+                    continue;
+                }
+                let (kv, cause) = match &e {
+                    model::Event::Put { kv, .. } => (kv, None),
+                    model::Event::Delete { prev, cause, .. } => (prev, Some(*cause)),
+                };
+                self.other_changes.push(crate::history::LogEntry {
+                    at_ms: now,
+                    revision: e.revision(),
+                    key: String::from_utf8_lossy(e.key()).into_owned(),
+                    present,
+                    create_revision: kv.create_revision,
+                    value: if present {
+                        kv.value.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    lease: kv.lease,
+                    cause,
+                });
             }
         }
         if self.model.revision() > last {
@@ -106,6 +127,8 @@ pub fn new_state() -> SharedEtcd {
         changed: Arc::new(Notify::new()),
         grant_times: Vec::new(),
         key_changes: Vec::new(),
+        other_changes: Vec::new(),
+        lease_owners: BTreeMap::new(),
     }))
 }
 
@@ -135,7 +158,7 @@ pub async fn serve(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
         let (reply, drop_reply) = {
             let mut st = lock(&state);
             let drop_reply = now < st.drop_replies_until;
-            let reply = handle(&mut st, now, from, &envelope.request);
+            let reply = handle(&mut st, now, from, envelope.client, &envelope.request);
             st.after_change(now);
             (reply, drop_reply)
         };
@@ -182,6 +205,7 @@ fn core_event(e: &model::Event) -> WatchEvent {
             key,
             revision,
             prev,
+            ..
         } => WatchEvent::Delete {
             key: Key(key.clone()),
             revision: Revision(*revision),
@@ -328,7 +352,7 @@ fn failed(e: ModelError) -> Reply {
     })
 }
 
-fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answer {
+fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Request) -> Answer {
     if now < st.unavailable_until {
         return match req {
             Request::KeepAlive { stream, .. }
@@ -426,6 +450,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, req: &Request) -> Answ
         Request::Grant { ttl } => {
             st.grant_times.push(now);
             let (lease, ttl) = st.model.grant(now, *ttl);
+            st.lease_owners.insert(lease, client);
             Answer::Unary(Reply::Granted { lease, ttl })
         }
         Request::Revoke { lease } => Answer::Unary(match st.model.revoke(*lease) {

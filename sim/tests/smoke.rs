@@ -141,11 +141,48 @@ const PINNED_V3: &[(u64, u64, &str)] = &[
     ),
 ];
 
+/// Seeds that once failed with generator V4 (elections, locks, pools).
+const PINNED_V4: &[(u64, u64, &str)] = &[
+    // A leader resigned and joined again with the same key, value and
+    // lease while a waiter's queue watch re-listed after a compaction; the
+    // mirror took the new incarnation for an identical re-put and the queue
+    // deadlocked behind a phantom predecessor (core bug).
+    (
+        20702,
+        0xfa4c37243b3bad22,
+        "a re-created queue key taken for an identical re-put",
+    ),
+    (
+        20785,
+        0x64e4f71a82d478cc,
+        "a re-created queue key taken for an identical re-put",
+    ),
+    (
+        21686,
+        0x4a7bbeb1d3a4d8f5,
+        "a re-created queue key taken for an identical re-put",
+    ),
+    (
+        21708,
+        0x4149082dde030d4f,
+        "a re-created queue key taken for an identical re-put",
+    ),
+    // A waiter's key was deleted while its join was being retried; the
+    // retry created the key again and led with the new incarnation, which
+    // the checker took for a zombie (checker bug).
+    (
+        21243,
+        0x864e06e41ee046da,
+        "a retried join re-creating its deleted key",
+    ),
+];
+
 #[test]
 fn pinned_regressions_pass() {
     let v1 = PINNED_V1.iter().map(|p| (p, Generator::V1));
     let v3 = PINNED_V3.iter().map(|p| (p, Generator::V3));
-    for ((seed, fingerprint, what), generator) in v1.chain(v3) {
+    let v4 = PINNED_V4.iter().map(|p| (p, Generator::V4));
+    for ((seed, fingerprint, what), generator) in v1.chain(v3).chain(v4) {
         let case = Case::generate_with(*seed, Shape::default(), generator);
         assert_eq!(
             case.fingerprint(),

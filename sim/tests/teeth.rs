@@ -319,3 +319,186 @@ fn a_watch_that_drops_deletes_is_caught_as_an_incomplete_watcher() {
         "the checker missed watchers that never saw a Down"
     );
 }
+
+/// Runs seeds 1..=max with `wrap`; the first seed with a violation of any
+/// of `invariants`.
+fn first_catch_any<W: Wrap>(wrap: W, invariants: &[Invariant], max: u64) -> Option<u64> {
+    (1..=max).find(|seed| {
+        let r = run_case_with(&Case::generate(*seed, Shape::default()), wrap.clone());
+        r.verdict
+            .violations
+            .iter()
+            .any(|v| invariants.contains(&v.invariant))
+    })
+}
+
+/// A wrapper whose only change is what it does to transactions.
+macro_rules! txn_wrapper {
+    ($wrap:ident, $api:ident, |$txn:ident| $body:expr) => {
+        #[derive(Clone)]
+        struct $wrap;
+        #[derive(Clone)]
+        struct $api(SimEtcd);
+
+        impl Wrap for $wrap {
+            type Api = $api;
+            fn wrap(&self, etcd: SimEtcd) -> $api {
+                $api(etcd)
+            }
+        }
+
+        impl Inner for $api {
+            fn inner(&self) -> &SimEtcd {
+                &self.0
+            }
+        }
+
+        impl EtcdApi for $api {
+            type Keeper = SimKeeper;
+            type Replies = SimReplies;
+            type WatchControl = SimWatchControl;
+            type WatchEvents = SimWatchEvents;
+            delegate!(revoke);
+            delegate!(keep_alive);
+            delegate!(watch);
+            async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+                self.0.lease_grant(ttl_secs).await
+            }
+            async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+                self.0.range(request).await
+            }
+            async fn txn(&self, $txn: Txn) -> Result<TxnResponse, EtcdError> {
+                self.0.txn($body).await
+            }
+        }
+    };
+}
+
+// Runs a leader's guarded transaction without its guard: a stale leader's
+// write lands after a newer leader's.
+txn_wrapper!(UnguardedTxn, UnguardedTxnApi, |txn| {
+    let guarded = txn.compares.len() == 1
+        && txn.success.len() == 1
+        && matches!(txn.success[0], coord::TxnOp::Txn(_));
+    let mut txn = txn;
+    if guarded {
+        txn.compares.clear();
+    }
+    txn
+});
+
+#[test]
+fn an_unguarded_leader_transaction_is_caught_as_a_fencing_violation() {
+    let seed = first_catch(UnguardedTxn, Invariant::Fenced, 60);
+    assert!(seed.is_some(), "the checker missed a stale leader's write");
+}
+
+// A try whose "nobody queued" compare looks at its own key only: it joins
+// the queue like a campaign (and the core then leaves it again).
+txn_wrapper!(TryFallsThrough, TryFallsThroughApi, |txn| {
+    let mut txn = txn;
+    let own_key = match txn.success.first() {
+        Some(coord::TxnOp::Put { key, .. }) => Some(key.clone()),
+        _ => None,
+    };
+    if let (Some(c), Some(key)) = (txn.compares.first_mut(), own_key) {
+        if c.prefix {
+            c.prefix = false;
+            c.key = key;
+        }
+    }
+    txn
+});
+
+#[test]
+fn a_try_that_falls_through_to_a_campaign_is_caught() {
+    let seed = first_catch(TryFallsThrough, Invariant::TryWritesNothing, 20);
+    assert!(
+        seed.is_some(),
+        "the checker missed a try that wrote its key"
+    );
+}
+
+/// Drops delete events of election and lock queues (not of the hosts'
+/// prefix): waiters and leaders never learn their key was deleted, and
+/// waiters never see their predecessors go.
+#[derive(Clone)]
+struct QueueDeletesDropped;
+#[derive(Clone)]
+struct QueueDeletesDroppedApi(SimEtcd);
+struct NoQueueDeletes(SimWatchEvents);
+
+impl Wrap for QueueDeletesDropped {
+    type Api = QueueDeletesDroppedApi;
+    fn wrap(&self, etcd: SimEtcd) -> QueueDeletesDroppedApi {
+        QueueDeletesDroppedApi(etcd)
+    }
+}
+
+impl coord::WatchEvents for NoQueueDeletes {
+    async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
+        let mut m = self.0.next().await?;
+        if let Ok(msg) = &mut m {
+            msg.events.retain(|e| match e {
+                coord_core::kv::WatchEvent::Delete { key, .. } => {
+                    key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes())
+                }
+                coord_core::kv::WatchEvent::Put { .. } => true,
+            });
+        }
+        Some(m)
+    }
+}
+
+impl Inner for QueueDeletesDroppedApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.0
+    }
+}
+
+impl EtcdApi for QueueDeletesDroppedApi {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = NoQueueDeletes;
+    delegate!(unary);
+    delegate!(revoke);
+    delegate!(keep_alive);
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start: Revision,
+    ) -> Result<(SimWatchControl, NoQueueDeletes), EtcdError> {
+        let (c, e) = self.0.watch(key, prefix, start).await?;
+        Ok((c, NoQueueDeletes(e)))
+    }
+}
+
+#[test]
+fn candidates_that_never_see_deletes_are_caught() {
+    let seed = first_catch_any(
+        QueueDeletesDropped,
+        &[
+            Invariant::BeliefEnds,
+            Invariant::NoZombie,
+            Invariant::LeaderAfterHeal,
+        ],
+        20,
+    );
+    assert!(
+        seed.is_some(),
+        "the checker missed leaders and waiters blind to deletes"
+    );
+}
+
+#[test]
+fn a_session_that_keeps_a_dead_lease_is_caught() {
+    // The stale-TTL client also makes sessions (a pool's among them) keep
+    // handing out a lease etcd revoked.
+    let seed = first_catch(StaleTtl, Invariant::SessionLeaseLives, 40);
+    assert!(
+        seed.is_some(),
+        "the checker missed a session reporting a dead lease"
+    );
+}

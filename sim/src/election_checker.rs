@@ -1,0 +1,636 @@
+//! Election, lock and pool invariants, checked from outside over the
+//! recorded history: the contenders' own events, samples of every
+//! leadership's `is_leader()` taken from outside the process (so a paused
+//! process is judged by its clock check alone), and etcd's exact change
+//! log of the queues and of the fenced resources.
+//!
+//! - **one leader**: at no sample do two handles of one name believe they
+//!   lead while both their keys exist in etcd;
+//! - **belief ends**: a belief never outlives the expiry of its lease in
+//!   etcd (the client deadline is counted from the send time of the last
+//!   acknowledged keep-alive); after its key is deleted or its lease
+//!   revoked from outside it ends within a request timeout plus 1 s (a
+//!   watch delivery) when the process was undisturbed, else within the
+//!   settle bound plus its TTL;
+//! - **fenced**: every write that lands on a name's fenced resource carries
+//!   the token of the name's holder at that revision (so a stale holder's
+//!   write never lands after a newer holder's);
+//! - **a leader after the heal**: once everything heals, within
+//!   [`election_bound`], every name has a leader in every 3 s window;
+//! - **no zombie**: a waiter whose key is deleted from outside is never
+//!   elected and its campaign fails (within the bound when undisturbed);
+//! - **a withdrawn campaign leaves no key**: after a campaign is withdrawn
+//!   (its time limit passed) its key is gone within a request timeout plus
+//!   1 s, unless a later campaign of the same process wrote it again;
+//! - **a losing try writes nothing**: a try that loses never created its
+//!   key, even briefly (it is one round trip);
+//! - **a registered session's lease lives**: a session reporting its lease
+//!   registered holds a lease etcd has (it never hands out a dead one),
+//!   but for one TTL after an outside revoke;
+//! - **one lease per session**: an undisturbed process (a candidate, a
+//!   locker, a pool of many names) holds at most one live lease.
+//!
+//! It also measures failover latency (a leader's process crashed to a
+//! successor leading, minus the crashed leader's TTL) and handover
+//! latency (resign to the successor elected).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::checker::{Invariant, Verdict};
+use crate::contenders::{contender_of, resource_key};
+use crate::harness::{election_bound, EXPIRY_SLACK};
+use crate::history::{ContenderEvent, ContenderSample, History, LogEntry, What};
+use crate::model::DeleteCause;
+use crate::schedule::{Case, Fault};
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A request timeout plus a second for watch delivery: how soon an
+/// undisturbed process learns of a change to its queue.
+fn prompt() -> u64 {
+    ms(coord::SessionOptions::default().request_timeout) + 1000
+}
+
+/// How long after a disturbance a process's streams may still lag: a
+/// silent watch is probed within the probe interval plus a request
+/// timeout, and the retry waits at most the backoff cap, plus 4 s.
+fn settle() -> u64 {
+    let o = coord::SessionOptions::default();
+    ms(o.probe_interval + o.request_timeout + o.backoff.cap + Duration::from_secs(4))
+}
+
+/// The contender-index of the process that holds `lease`, if known.
+fn owner(owners: &BTreeMap<i64, u64>, lease: i64) -> Option<usize> {
+    owners.get(&lease).copied().and_then(contender_of)
+}
+
+/// Intervals during which contender `c` (or etcd as a whole) was disturbed.
+fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut open: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for r in &history.records {
+        match &r.what {
+            What::Fault(Fault::ContenderPartition { contender, .. }) if *contender == c => {
+                open.entry("partition").or_insert(r.at_ms);
+            }
+            What::ContenderPartitionEnded { contender } if *contender == c => {
+                if let Some(s) = open.remove("partition") {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::ContenderPause { contender, .. }) if *contender == c => {
+                open.entry("pause").or_insert(r.at_ms);
+            }
+            What::ContenderResumed { contender } if *contender == c => {
+                if let Some(s) = open.remove("pause") {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::ContenderCrash { contender, .. }) if *contender == c => {
+                open.entry("crash").or_insert(r.at_ms);
+            }
+            What::ContenderRestarted { contender } if *contender == c => {
+                if let Some(s) = open.remove("crash") {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+                out.push((r.at_ms, r.at_ms + unavailable_ms));
+            }
+            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
+            What::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
+            _ => {}
+        }
+    }
+    out.extend(open.into_values().map(|s| (s, u64::MAX)));
+    out
+}
+
+/// True if no disturbance of `d` touches `[from - settle, to]`.
+fn undisturbed(d: &[(u64, u64)], from: u64, to: u64) -> bool {
+    let since = from.saturating_sub(settle());
+    d.iter().all(|(s, e)| *e < since || *s > to)
+}
+
+/// Checks every election invariant of `case` and adds to `v`.
+pub fn check(case: &Case, history: &History, v: &mut Verdict) {
+    let log: Vec<LogEntry> = history
+        .records
+        .iter()
+        .find_map(|r| match &r.what {
+            What::ElectionLog(l) => Some(l.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let owners: BTreeMap<i64, u64> = history
+        .records
+        .iter()
+        .find_map(|r| match &r.what {
+            What::LeaseOwners(o) => Some(o.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let disturbed: Vec<Vec<(u64, u64)>> = (0..case.contenders.len())
+        .map(|c| disturbances(history, c))
+        .collect();
+    let heal_at = history
+        .records
+        .iter()
+        .find(|r| matches!(r.what, What::HealAll))
+        .map(|r| r.at_ms);
+    let stop_at = history
+        .records
+        .iter()
+        .find(|r| matches!(r.what, What::StopAll))
+        .map_or(u64::MAX, |r| r.at_ms);
+    let samples: Vec<(u64, &Vec<ContenderSample>)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::ContenderSample(s) => Some((r.at_ms, s)),
+            _ => None,
+        })
+        .collect();
+    one_leader_and_beliefs(case, &log, &disturbed, &samples, v);
+    fenced(&log, v);
+    if let Some(heal) = heal_at {
+        leader_after_heal(case, heal, stop_at, &samples, v);
+    }
+    no_zombie(history, &owners, &disturbed, v);
+    withdrawn_leave_no_key(history, &log, &disturbed, v);
+    losing_tries_write_nothing(history, &log, &owners, v);
+    one_lease(case, &disturbed, &samples, v);
+    session_lease_lives(case, history, &samples, v);
+    latencies(case, history, &samples, v);
+}
+
+/// The deletions of each key incarnation: (key, create revision) -> (at,
+/// cause).
+fn deletions(log: &[LogEntry]) -> BTreeMap<(String, i64), (u64, Option<DeleteCause>)> {
+    log.iter()
+        .filter(|e| !e.present)
+        .map(|e| ((e.key.clone(), e.create_revision), (e.at_ms, e.cause)))
+        .collect()
+}
+
+fn one_leader_and_beliefs(
+    case: &Case,
+    log: &[LogEntry],
+    disturbed: &[Vec<(u64, u64)>],
+    samples: &[(u64, &Vec<ContenderSample>)],
+    v: &mut Verdict,
+) {
+    let deleted = deletions(log);
+    for (at, contenders) in samples {
+        let mut present: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
+        for (c, s) in contenders.iter().enumerate() {
+            for (name, key, token, key_present) in &s.believes {
+                v.checks += 1;
+                if *key_present {
+                    present.entry(name).or_default().push((c, key));
+                    continue;
+                }
+                // Believes in a key etcd no longer has: since when, why?
+                let Some((gone_at, cause)) = deleted.get(&(key.clone(), *token)).copied() else {
+                    continue;
+                };
+                let ttl = case.contenders.get(c).map_or(10, |s| s.ttl) * 1000;
+                let allowed = match cause {
+                    Some(DeleteCause::Expired) => gone_at,
+                    _ if undisturbed(&disturbed[c], gone_at, *at) => gone_at + prompt(),
+                    _ => gone_at + settle() + ttl,
+                };
+                if *at > allowed {
+                    v.violate(
+                        Invariant::BeliefEnds,
+                        *at,
+                        None,
+                        format!(
+                            "contender {c} still leads {name} with key {key} (token {token}), gone at {gone_at} ms ({cause:?}); allowed until {allowed} ms"
+                        ),
+                    );
+                }
+            }
+        }
+        for (name, believers) in present {
+            if believers.len() > 1 {
+                v.violate(
+                    Invariant::OneLeader,
+                    *at,
+                    None,
+                    format!("{name}: two leaders with both keys in etcd: {believers:?}"),
+                );
+            }
+        }
+    }
+}
+
+/// Replays etcd's change log: every write to a fenced resource must carry
+/// the token of the holder (the lowest create revision) of its name.
+fn fenced(log: &[LogEntry], v: &mut Verdict) {
+    let mut queues: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for e in log {
+        if let Some(name) = e.key.strip_prefix("/res/") {
+            if !e.present {
+                continue;
+            }
+            v.checks += 1;
+            let token: Option<i64> = std::str::from_utf8(&e.value)
+                .ok()
+                .and_then(|t| t.parse().ok());
+            let holder = queues.get(name).and_then(|q| q.values().copied().min());
+            if token.is_none() || token != holder {
+                v.violate(
+                    Invariant::Fenced,
+                    e.at_ms,
+                    None,
+                    format!(
+                        "{} written with token {token:?} at revision {} while the holder's token was {holder:?}",
+                        resource_key(name),
+                        e.revision
+                    ),
+                );
+            }
+            continue;
+        }
+        let Some((name, _)) = e.key.split_once('/') else {
+            continue;
+        };
+        let q = queues.entry(name.to_string()).or_default();
+        if e.present {
+            q.insert(e.key.clone(), e.create_revision);
+        } else {
+            q.remove(&e.key);
+        }
+    }
+}
+
+fn leader_after_heal(
+    case: &Case,
+    heal: u64,
+    stop: u64,
+    samples: &[(u64, &Vec<ContenderSample>)],
+    v: &mut Verdict,
+) {
+    let from = heal + ms(election_bound(case));
+    const WINDOW: u64 = 3000;
+    for name in case.names() {
+        let mut last_leader = from;
+        for (at, contenders) in samples.iter().filter(|(t, _)| *t >= from && *t < stop) {
+            v.checks += 1;
+            let led = contenders
+                .iter()
+                .any(|s| s.believes.iter().any(|(n, _, _, p)| *n == name && *p));
+            if led {
+                last_leader = *at;
+            } else if *at > last_leader + WINDOW {
+                v.violate(
+                    Invariant::LeaderAfterHeal,
+                    *at,
+                    None,
+                    format!(
+                        "{name}: no leader for {} ms, {} ms after the heal",
+                        at - last_leader,
+                        at - heal
+                    ),
+                );
+                break;
+            }
+        }
+    }
+}
+
+/// Each contender's events for one name, in order.
+fn events_of<'a>(
+    history: &'a History,
+    c: usize,
+    name: &'a str,
+) -> impl Iterator<Item = (u64, &'a ContenderEvent)> + 'a {
+    history.records.iter().filter_map(move |r| match &r.what {
+        What::Contender {
+            contender,
+            name: n,
+            event,
+            ..
+        } if *contender == c && n == name => Some((r.at_ms, event)),
+        _ => None,
+    })
+}
+
+fn no_zombie(
+    history: &History,
+    owners: &BTreeMap<i64, u64>,
+    disturbed: &[Vec<(u64, u64)>],
+    v: &mut Verdict,
+) {
+    for r in &history.records {
+        let What::Fault(Fault::DeleteWaiterKey { .. }) = &r.what else {
+            continue;
+        };
+        // The key removal recorded with the fault.
+        let Some((key, lease)) = history.records.iter().find_map(|x| match &x.what {
+            What::KeyRemovedOutside { key, lease } if x.at_ms == r.at_ms => {
+                Some((key.clone(), *lease))
+            }
+            _ => None,
+        }) else {
+            continue;
+        };
+        let Some(c) = owner(owners, lease) else {
+            continue;
+        };
+        let Some((name, _)) = key.split_once('/') else {
+            continue;
+        };
+        // The incarnation deleted: a campaign still joining may create the
+        // key again (a new create revision), and lead with that one.
+        let deleted = history.records.iter().find_map(|x| match &x.what {
+            What::ElectionLog(log) => log
+                .iter()
+                .find(|e| !e.present && e.key == key && e.at_ms == r.at_ms)
+                .map(|e| e.create_revision),
+            _ => None,
+        });
+        v.checks += 1;
+        let next = events_of(history, c, name)
+            .filter(|(t, _)| *t >= r.at_ms)
+            .find(|(_, e)| !matches!(e, ContenderEvent::Started { .. }));
+        match next {
+            Some((t, ContenderEvent::Elected { key: k, token, .. }))
+                if *k == key && Some(*token) == deleted =>
+            {
+                v.violate(
+                Invariant::NoZombie,
+                t,
+                None,
+                    format!(
+                        "contender {c} elected with {key} (token {token}), deleted from outside at {} ms",
+                        r.at_ms
+                    ),
+                )
+            }
+            Some((t, ContenderEvent::Failed { lost: true, .. }))
+                if t > r.at_ms + prompt() && undisturbed(&disturbed[c], r.at_ms, t) =>
+            {
+                v.violate(
+                    Invariant::NoZombie,
+                    t,
+                    None,
+                    format!(
+                        "contender {c}'s campaign for {name} failed {} ms after its key was deleted",
+                        t - r.at_ms
+                    ),
+                )
+            }
+            _ => {}
+        }
+    }
+}
+
+fn withdrawn_leave_no_key(
+    history: &History,
+    log: &[LogEntry],
+    disturbed: &[Vec<(u64, u64)>],
+    v: &mut Verdict,
+) {
+    for r in &history.records {
+        let What::Contender {
+            contender: c,
+            name,
+            event: ContenderEvent::Cancelled { lease: Some(lease) },
+            ..
+        } = &r.what
+        else {
+            continue;
+        };
+        let due = r.at_ms + prompt();
+        if !undisturbed(&disturbed[*c], r.at_ms, due) {
+            continue;
+        }
+        let key = format!("{name}/{lease:x}");
+        // The next campaign of the same process may write the key again.
+        let next_start = events_of(history, *c, name)
+            .find(|(t, e)| *t > r.at_ms && matches!(e, ContenderEvent::Started { .. }))
+            .map_or(u64::MAX, |(t, _)| t);
+        let live_at_due = log.iter().rfind(|e| e.key == key && e.at_ms <= due);
+        v.checks += 1;
+        if let Some(e) = live_at_due {
+            if e.present && e.at_ms < next_start {
+                v.violate(
+                    Invariant::WithdrawnLeavesNoKey,
+                    due,
+                    None,
+                    format!(
+                        "contender {c} withdrew its campaign for {name} at {} ms; {key} still exists at {due} ms",
+                        r.at_ms
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// A try that loses must not have created its key at any point: it is one
+/// round trip that writes only if nobody is queued.
+fn losing_tries_write_nothing(
+    history: &History,
+    log: &[LogEntry],
+    owners: &BTreeMap<i64, u64>,
+    v: &mut Verdict,
+) {
+    // Each contender's open try per name: when it started.
+    let mut open: BTreeMap<(usize, &str), u64> = BTreeMap::new();
+    for r in &history.records {
+        let What::Contender {
+            contender,
+            name,
+            event,
+            ..
+        } = &r.what
+        else {
+            continue;
+        };
+        match event {
+            ContenderEvent::Started {
+                mode: crate::history::CampaignMode::Try,
+            } => {
+                open.insert((*contender, name), r.at_ms);
+            }
+            ContenderEvent::TryLost => {
+                let Some(start) = open.remove(&(*contender, name.as_str())) else {
+                    continue;
+                };
+                v.checks += 1;
+                let prefix = format!("{name}/");
+                let created = log.iter().find(|e| {
+                    e.present
+                        && e.at_ms >= start
+                        && e.at_ms <= r.at_ms
+                        && e.key.starts_with(&prefix)
+                        && e.create_revision == e.revision
+                        && owner(owners, e.lease) == Some(*contender)
+                });
+                if let Some(e) = created {
+                    v.violate(
+                        Invariant::TryWritesNothing,
+                        e.at_ms,
+                        None,
+                        format!(
+                            "contender {contender}'s try for {name} lost but created {} at {} ms",
+                            e.key, e.at_ms
+                        ),
+                    );
+                }
+            }
+            _ => {
+                open.remove(&(*contender, name.as_str()));
+            }
+        }
+    }
+}
+
+fn one_lease(
+    case: &Case,
+    disturbed: &[Vec<(u64, u64)>],
+    samples: &[(u64, &Vec<ContenderSample>)],
+    v: &mut Verdict,
+) {
+    for (at, contenders) in samples {
+        for (c, s) in contenders.iter().enumerate() {
+            let ttl = case.contenders.get(c).map_or(10, |s| s.ttl) * 1000;
+            // A lease lost or replaced under a disturbance may live on
+            // until it expires.
+            let window = ttl + ms(EXPIRY_SLACK) + prompt();
+            let quiet = disturbed[c]
+                .iter()
+                .all(|(st, e)| e.saturating_add(window) < *at || *st > *at);
+            if !quiet {
+                continue;
+            }
+            v.checks += 1;
+            if s.leases > 1 {
+                v.violate(
+                    Invariant::OneLeasePerSession,
+                    *at,
+                    None,
+                    format!("contender {c} holds {} live leases", s.leases),
+                );
+            }
+        }
+    }
+}
+
+/// A session that reports its lease registered holds a lease etcd has,
+/// except for one TTL (its next keep-alive tells) after the lease was
+/// revoked from outside, and for two samples after a pause ends.
+fn session_lease_lives(
+    case: &Case,
+    history: &History,
+    samples: &[(u64, &Vec<ContenderSample>)],
+    v: &mut Verdict,
+) {
+    let revoked: Vec<(i64, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::KeyRemovedOutside { lease, .. } => Some((*lease, r.at_ms)),
+            _ => None,
+        })
+        .collect();
+    let resumed: Vec<(usize, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::ContenderResumed { contender } => Some((*contender, r.at_ms)),
+            _ => None,
+        })
+        .collect();
+    for (at, contenders) in samples {
+        for (c, s) in contenders.iter().enumerate() {
+            let Some((lease, live)) = s.session_lease else {
+                continue;
+            };
+            if s.condition != crate::history::Condition::Alive {
+                continue;
+            }
+            let ttl = case.contenders.get(c).map_or(10, |s| s.ttl) * 1000;
+            let learning = revoked
+                .iter()
+                .any(|(l, t)| *l == lease && *at >= *t && *at <= *t + ttl + 200);
+            let just_resumed = resumed
+                .iter()
+                .any(|(x, t)| *x == c && *at >= *t && *at < *t + 200);
+            if learning || just_resumed {
+                continue;
+            }
+            v.checks += 1;
+            if !live {
+                v.violate(
+                    Invariant::SessionLeaseLives,
+                    *at,
+                    None,
+                    format!(
+                        "contender {c}'s session reports lease {lease:x}, which etcd no longer has"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+fn latencies(
+    case: &Case,
+    history: &History,
+    samples: &[(u64, &Vec<ContenderSample>)],
+    v: &mut Verdict,
+) {
+    // Failover: a crashed leader's process to a successor leading.
+    for r in &history.records {
+        let What::Fault(Fault::ContenderCrash { contender, .. }) = &r.what else {
+            continue;
+        };
+        let before = samples.iter().rev().find(|(t, _)| *t < r.at_ms);
+        let Some((_, s)) = before else { continue };
+        let Some(led) = s.get(*contender).map(|x| x.believes.clone()) else {
+            continue;
+        };
+        let ttl = case.contenders.get(*contender).map_or(10, |s| s.ttl) * 1000;
+        for (name, key, _, _) in led {
+            let next = samples.iter().find(|(t, ss)| {
+                *t > r.at_ms
+                    && ss.iter().any(|x| {
+                        x.believes
+                            .iter()
+                            .any(|(n, k, _, p)| *n == name && *k != key && *p)
+                    })
+            });
+            if let Some((t, _)) = next {
+                v.failover_ms.push((t - r.at_ms).saturating_sub(ttl));
+            }
+        }
+    }
+    // Handover: a resign to the next leader of the name, if one waited.
+    for r in &history.records {
+        let What::Contender {
+            contender,
+            name,
+            event: ContenderEvent::Resigning,
+            ..
+        } = &r.what
+        else {
+            continue;
+        };
+        let next = history.records.iter().find(|x| {
+            x.at_ms >= r.at_ms
+                && matches!(&x.what, What::Contender { contender: c2, name: n2, event: ContenderEvent::Elected { .. }, .. } if c2 != contender && n2 == name)
+        });
+        if let Some(x) = next {
+            if x.at_ms <= r.at_ms + 2000 {
+                v.handover_ms.push(x.at_ms - r.at_ms);
+            }
+        }
+    }
+}
