@@ -601,8 +601,9 @@ impl Mirror {
         let reflected = self.revision;
         for ev in events {
             let rev = ev.revision();
-            if rev <= reflected {
-                // Already reflected (a replay after a resume).
+            if rev <= reflected || rev < self.revision {
+                // Already reflected (a replay after a resume), or out of
+                // order (never from etcd): revisions never go back.
                 continue;
             }
             match ev {

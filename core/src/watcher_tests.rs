@@ -682,3 +682,32 @@ fn a_host_found_recreated_by_a_relist_is_updated() {
     );
     assert_eq!(m.view().get("a"), Some(&recreated));
 }
+
+#[test]
+fn events_out_of_order_within_one_message_never_move_revisions_back() {
+    // Found by the watcher fuzz smoke after the same-revision fix: within
+    // one message an event below one already applied went through (etcd
+    // never sends that; the machine must stay sound whatever arrives).
+    let mut m = watching();
+    message(
+        &mut m,
+        5,
+        2,
+        MessageKind::Events,
+        vec![
+            put(kv("c", "C", 20, 9), None),
+            put(kv("d", "D", 15, 9), None),
+        ],
+        20,
+    );
+    let out = drain(&mut m);
+    assert_eq!(
+        out,
+        vec![ev(Event::Up {
+            host: "c".into(),
+            kv: kv("c", "C", 20, 9),
+            revision: Revision(20)
+        })]
+    );
+    assert_eq!(m.revision(), Revision(20));
+}

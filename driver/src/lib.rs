@@ -34,6 +34,11 @@
 
 #![forbid(unsafe_code)]
 
+/// Every Rust example of the README, compiled as a doctest.
+#[cfg(all(doctest, not(madsim)))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
+
 pub mod api;
 mod backend;
 mod clock;

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod liveness;
+pub mod session;
 pub mod watcher;
 
 use arbitrary::{Arbitrary, Unstructured};

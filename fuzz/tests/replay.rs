@@ -57,3 +57,13 @@ fn watcher_corpus_and_random_smoke() {
     assert!(reach.milestones > 1_500, "{reach:?}");
     eprintln!("REACH {reach:?}");
 }
+
+#[test]
+fn session_corpus_and_random_smoke() {
+    assert!(replay("session", coord_fuzz::session::run) > 0);
+    let reach = random_inputs(3, 20_000, coord_fuzz::session::run);
+    // Not vacuous: long runs that register, elect, lose and close.
+    assert!(reach.steps > 1_000_000, "{reach:?}");
+    assert!(reach.milestones > 5_000, "{reach:?}");
+    eprintln!("REACH {reach:?}");
+}

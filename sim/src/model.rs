@@ -614,16 +614,16 @@ impl EtcdModel {
         if from != 0 && from <= self.compacted {
             return Err(ModelError::Compacted(self.compacted));
         }
-        Ok(self
-            .history
+        // History is in revision order: start at `from` at once.
+        let start = self.history.partition_point(|e| e.revision() < from);
+        Ok(self.history[start..]
             .iter()
             .filter(|e| {
-                e.revision() >= from
-                    && if prefix {
-                        e.key().starts_with(key)
-                    } else {
-                        e.key() == key
-                    }
+                if prefix {
+                    e.key().starts_with(key)
+                } else {
+                    e.key() == key
+                }
             })
             .cloned()
             .collect())

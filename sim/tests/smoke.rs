@@ -4,6 +4,7 @@
 #![cfg(madsim)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use coord_sim::history::{ContenderEvent, What, WriteOutcome};
 use coord_sim::report::timeline;
 use coord_sim::runner::{fingerprint, run_case, CaseResult};
 use coord_sim::schedule::{cases, Case, Generator, Shape};
@@ -207,14 +208,40 @@ fn pinned_regressions_pass() {
 fn smoke_campaign_of_fixed_seeds_passes() {
     let mut checks = 0;
     let mut faults = 0;
+    let (mut failovers, mut handovers, mut elected, mut fenced_writes) = (0, 0, 0, 0);
     for seed in 10_000..10_150 {
         let r = run_case(&Case::generate(seed, Shape::default()));
         assert_passed(&r);
         checks += r.verdict.checks;
         faults += r.case.faults.len();
+        failovers += r.verdict.failover_ms.len();
+        handovers += r.verdict.handover_ms.len();
+        for rec in &r.history.records {
+            match &rec.what {
+                What::Contender {
+                    event: ContenderEvent::Elected { .. },
+                    ..
+                } => elected += 1,
+                What::Contender {
+                    event:
+                        ContenderEvent::Write {
+                            outcome: WriteOutcome::Applied,
+                            ..
+                        },
+                    ..
+                } => fenced_writes += 1,
+                _ => {}
+            }
+        }
     }
     assert!(checks > 1_000_000, "only {checks} checks");
     assert!(faults > 1_000, "only {faults} faults");
+    // Not vacuous for elections either: leaders come and go, crash and
+    // hand over, and write through their fence.
+    assert!(elected > 10_000, "only {elected} elections");
+    assert!(fenced_writes > 50_000, "only {fenced_writes} fenced writes");
+    assert!(handovers > 5_000, "only {handovers} handovers");
+    assert!(failovers > 20, "only {failovers} failovers");
 }
 
 proptest! {
