@@ -24,6 +24,8 @@ pub mod harness;
 pub mod history;
 pub mod model;
 #[cfg(madsim)]
+pub mod process;
+#[cfg(madsim)]
 pub mod report;
 #[cfg(madsim)]
 pub mod runner;
@@ -31,5 +33,7 @@ pub mod runner;
 pub mod schedule;
 #[cfg(madsim)]
 pub mod server;
+#[cfg(madsim)]
+pub mod watcher_checker;
 #[cfg(madsim)]
 pub mod wire;

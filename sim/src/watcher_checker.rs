@@ -1,0 +1,260 @@
+//! Watcher invariants (see [`crate::checker`]): sound replay, convergence
+//! after the heal, completeness while undisturbed; and watcher lag.
+
+use std::collections::BTreeMap;
+
+use crate::checker::{Invariant, Verdict};
+use crate::harness::watcher_bound;
+use crate::history::{
+    host_index, Condition, History, HostView, WatcherEventKind, WatcherSample, What,
+};
+use crate::schedule::{Fault, WATCHERS};
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Intervals (start, end) during which watcher `w` may legitimately lag:
+/// its own partitions and pauses, etcd leader changes, unanswered
+/// requests, and compactions (which force a re-list).
+fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut open_partition = None;
+    let mut open_pause = None;
+    for r in &history.records {
+        match &r.what {
+            What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w => {
+                open_partition.get_or_insert(r.at_ms);
+            }
+            What::WatcherPartitionEnded { watcher } if *watcher == w => {
+                if let Some(s) = open_partition.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w => {
+                open_pause.get_or_insert(r.at_ms);
+            }
+            What::WatcherResumed { watcher } if *watcher == w => {
+                if let Some(s) = open_pause.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+                out.push((r.at_ms, r.at_ms + unavailable_ms));
+            }
+            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
+            What::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
+            _ => {}
+        }
+    }
+    for s in open_partition.into_iter().chain(open_pause) {
+        out.push((s, u64::MAX));
+    }
+    out
+}
+
+pub(crate) fn watchers(
+    history: &History,
+    heal_at: Option<u64>,
+    stop_all_at: Option<u64>,
+    v: &mut Verdict,
+) {
+    let bound = ms(watcher_bound());
+    let revision_times: BTreeMap<i64, u64> = history
+        .records
+        .iter()
+        .find_map(|r| match &r.what {
+            What::RevisionTimes(t) => Some(t.iter().copied().collect()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let disturbed: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
+        .map(|w| watcher_disturbances(history, w))
+        .collect();
+    let settled = |w: usize, t: u64| disturbed[w].iter().all(|(s, e)| *e + bound < t || *s > t);
+    // Replayed views, the last revision seen, and whether synced.
+    let mut views: Vec<HostView> = vec![HostView::new(); WATCHERS];
+    let mut last_rev = [0i64; WATCHERS];
+    let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
+    // The exact truth: every host-key change, in time order.
+    let changes: Vec<(u64, usize, i64, bool)> = history
+        .records
+        .iter()
+        .find_map(|r| match &r.what {
+            What::KeyChanges(c) => Some(c.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    // Per host, from the change log up to the current record: its key's
+    // mod revision (None: absent) and when it last changed.
+    let mut etcd: BTreeMap<usize, (Option<i64>, u64)> = BTreeMap::new();
+    let mut applied = 0;
+    // The latest sample of etcd (for convergence).
+    let mut truth_now: Option<HostView> = None;
+    let convergence_at = heal_at.map(|h| h + bound);
+    let mut convergence_checked = false;
+    for r in &history.records {
+        match &r.what {
+            What::WatcherEvent { watcher, event } => {
+                let w = *watcher;
+                let Some(view) = views.get_mut(w) else {
+                    continue;
+                };
+                if event.revision < last_rev[w] {
+                    v.violate(
+                        Invariant::WatcherSound,
+                        r.at_ms,
+                        None,
+                        format!(
+                            "watcher {w}: revision went back from {} to {}",
+                            last_rev[w], event.revision
+                        ),
+                    );
+                }
+                last_rev[w] = last_rev[w].max(event.revision);
+                v.checks += 1;
+                let host = event.host.clone().unwrap_or_default();
+                // A host that is not in the fleet was invented.
+                let index = host_index(&host).unwrap_or(usize::MAX);
+                let ok = match event.kind {
+                    WatcherEventKind::Up => {
+                        index != usize::MAX
+                            && view
+                                .insert(index, event.mod_revision.unwrap_or(0))
+                                .is_none()
+                    }
+                    WatcherEventKind::Updated => view
+                        .insert(index, event.mod_revision.unwrap_or(0))
+                        .is_some(),
+                    WatcherEventKind::Down => view.remove(&index).is_some(),
+                    WatcherEventKind::Synced => {
+                        synced_at[w].get_or_insert(r.at_ms);
+                        true
+                    }
+                    WatcherEventKind::Resynced => true,
+                };
+                if !ok {
+                    v.violate(
+                        Invariant::WatcherSound,
+                        r.at_ms,
+                        None,
+                        format!(
+                            "watcher {w}: {:?} for {host} does not apply to its view",
+                            event.kind
+                        ),
+                    );
+                }
+                let live = matches!(
+                    event.kind,
+                    WatcherEventKind::Up | WatcherEventKind::Updated | WatcherEventKind::Down
+                );
+                if live && settled(w, r.at_ms) {
+                    if let Some(made) = revision_times.get(&event.revision) {
+                        v.lag_ms.push(r.at_ms.saturating_sub(*made));
+                    }
+                }
+            }
+            What::Sample(hosts) => {
+                truth_now = Some(
+                    hosts
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, s)| s.key_mod_revision.map(|m| (i, m)))
+                        .collect(),
+                );
+            }
+            What::WatcherSample(samples) => {
+                let at = r.at_ms;
+                for (t, host, rev, present) in changes[applied..].iter().take_while(|c| c.0 <= at) {
+                    etcd.insert(*host, (present.then_some(*rev), *t));
+                    applied += 1;
+                }
+                let Some(truth) = truth_now.as_ref() else {
+                    continue;
+                };
+                if !convergence_checked
+                    && convergence_at.is_some_and(|c| at >= c)
+                    && stop_all_at.map_or(true, |s| at < s)
+                {
+                    convergence_checked = true;
+                    check_converged(at, truth, &views, samples, v);
+                }
+                for w in 0..WATCHERS {
+                    let alive = samples
+                        .get(w)
+                        .is_some_and(|s| s.condition == Condition::Alive);
+                    let since_sync = synced_at[w].is_some_and(|s| s + bound <= at);
+                    if !(alive && since_sync && settled(w, at)) {
+                        continue;
+                    }
+                    check_complete(w, at, &etcd, &views[w], v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn check_converged(
+    at: u64,
+    truth: &HostView,
+    views: &[HostView],
+    samples: &[WatcherSample],
+    v: &mut Verdict,
+) {
+    for (w, view) in views.iter().enumerate() {
+        v.checks += 2;
+        if view != truth {
+            v.violate(
+                Invariant::WatcherConverges,
+                at,
+                None,
+                format!("watcher {w}: replayed events give {view:?}, etcd has {truth:?}"),
+            );
+        }
+        let driver_view = samples.get(w).and_then(|s| s.view.as_deref());
+        if driver_view != Some(truth) {
+            v.violate(
+                Invariant::WatcherConverges,
+                at,
+                None,
+                format!("watcher {w}: view() is {driver_view:?}, etcd has {truth:?}"),
+            );
+        }
+    }
+}
+
+/// Every host whose key has not changed for the last second (per etcd's
+/// exact change log, folded into `etcd` up to `at`) must be in the replayed
+/// view exactly as etcd has it.
+fn check_complete(
+    w: usize,
+    at: u64,
+    etcd: &BTreeMap<usize, (Option<i64>, u64)>,
+    view: &HostView,
+    v: &mut Verdict,
+) {
+    // Hosts etcd never had but the view does: absent, and never changed.
+    let unseen = view.keys().filter(|h| !etcd.contains_key(h));
+    let hosts = etcd
+        .iter()
+        .map(|(h, (truth, t))| (*h, *truth, Some(*t)))
+        .chain(unseen.map(|h| (*h, None, None)));
+    for (host, truth, changed_at) in hosts {
+        if changed_at.is_some_and(|t| t + 1000 > at) {
+            continue;
+        }
+        v.checks += 1;
+        if view.get(&host).copied() != truth {
+            v.violate(
+                Invariant::WatcherComplete,
+                at,
+                None,
+                format!(
+                    "watcher {w}: host-{host} is {truth:?} in etcd (unchanged for 1 s) but {:?} in its view",
+                    view.get(&host)
+                ),
+            );
+        }
+    }
+}
