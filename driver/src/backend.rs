@@ -6,14 +6,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use coord_core::io::{Listing, RangeRequest};
-use coord_core::observer::Observer;
-use tokio::sync::mpsc;
+use coord_core::{BackoffConfig, Key};
 
 use crate::api::EtcdApi;
-use crate::clock::Clock;
 use crate::error::Error;
-use crate::observe::ObserveHost;
-use crate::runner::run;
+use crate::observe::Observe;
 
 /// A boxed future, as the object-safe side of `EtcdApi` returns them.
 pub(crate) type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -23,9 +20,8 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// One read with a deadline.
     fn range(&self, request: RangeRequest, timeout: Duration) -> Boxed<'_, Result<Listing, Error>>;
 
-    /// Runs `observer` on a loop of its own until `close` says so or it is
-    /// dropped.
-    fn observe(&self, observer: Observer, host: ObserveHost, close: mpsc::UnboundedReceiver<()>);
+    /// An observer of the queue under `prefix`, on a loop of its own.
+    fn observe(&self, prefix: Key, settings: (Duration, Duration, BackoffConfig, u64)) -> Observe;
 }
 
 /// A client as a [`Backend`].
@@ -51,7 +47,7 @@ impl<A: EtcdApi> Backend for Shared<A> {
         })
     }
 
-    fn observe(&self, observer: Observer, host: ObserveHost, close: mpsc::UnboundedReceiver<()>) {
-        tokio::spawn(run(self.0.clone(), observer, host, Clock::start(), close));
+    fn observe(&self, prefix: Key, settings: (Duration, Duration, BackoffConfig, u64)) -> Observe {
+        Observe::spawn(self.0.clone(), prefix, settings)
     }
 }

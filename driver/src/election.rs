@@ -11,15 +11,14 @@ use std::time::Duration;
 
 use coord_core::election::{Answer, AskedBy, ElectionId, Loss, Mode};
 use coord_core::io::{Get, RangeRequest, Sort, Txn, TxnResponse};
-use coord_core::mirror::MirrorConfig;
-use coord_core::observer::{Leader, Observer};
-use coord_core::{FencingToken, Key, LeaseId, StartPolicy};
-use tokio::sync::{mpsc, oneshot, watch};
+use coord_core::observer::Leader;
+use coord_core::{FencingToken, Key, LeaseId};
+use tokio::sync::{oneshot, watch};
 
 use crate::api::EtcdApi;
 use crate::error::Error;
 use crate::metadata::MAX_METADATA_LEN;
-use crate::observe::{Observe, ObserveHost};
+use crate::observe::Observe;
 use crate::session::{Phase, Request, Session, SessionOptions};
 
 /// Checks an election or lock name and returns its key prefix (`name/`).
@@ -240,26 +239,9 @@ impl Election {
     /// broken streams and compactions. The first item is the current
     /// leader.
     pub fn observe(&self) -> Observe {
-        let (request_timeout, probe_interval, backoff, seed) = self.session.watch_settings();
-        let config = MirrorConfig {
-            request_timeout,
-            probe_interval,
-            backoff,
-            start: StartPolicy::Retry,
-            ..MirrorConfig::new(self.prefix.clone(), seed ^ 0x0b5e_77e5)
-        };
-        let (events_tx, events) = mpsc::unbounded_channel();
-        let (close, close_rx) = mpsc::unbounded_channel();
-        match Observer::new(config) {
-            Ok(observer) => {
-                self.session
-                    .backend()
-                    .observe(observer, ObserveHost::new(events_tx), close_rx)
-            }
-            // The session validated these settings: never.
-            Err(e) => tracing::warn!(error = %e, "observer refused its settings"),
-        }
-        Observe::new(events, close)
+        self.session
+            .backend()
+            .observe(self.prefix.clone(), self.session.watch_settings())
     }
 
     /// Closes the election: a standalone one closes (revokes) its session,

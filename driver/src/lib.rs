@@ -87,6 +87,6 @@ pub use coord_core::observer::Leader;
 pub use coord_core::{FencingToken, Key};
 pub use election::{Election, LeaderProbe, Leadership, MutexGuard};
 pub use mutex::Mutex;
-pub use observe::Observe;
+pub use observe::{Observe, Observed};
 pub use pool::{ElectionPool, PoolStats};
 pub use session::{Session, SessionOptions};

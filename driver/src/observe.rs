@@ -1,35 +1,110 @@
 //! `Observe`: the stream of an election's leaders, on a loop of its own.
 
+use coord_core::mirror::MirrorConfig;
 use coord_core::observer::{Event, Input, Leader, Observer};
-use coord_core::Instant;
+use coord_core::{BackoffConfig, Instant, Revision, StartPolicy};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::runner::Host;
+use crate::api::EtcdApi;
+use crate::clock::Clock;
+use crate::election::queue_prefix;
+use crate::error::Error;
+use crate::runner::{run, Host};
+
+/// One observation: who leads, as of a revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Observed {
+    /// The leader (`None`: nobody leads).
+    pub leader: Option<Leader>,
+    /// The etcd revision this reflects.
+    pub revision: Revision,
+}
 
 /// Every change of an election's leader, from
 /// [`Election::observe`](crate::Election::observe). Dropping it (or
 /// [`close`](Self::close)) stops observing.
 #[derive(Debug)]
 pub struct Observe {
-    events: mpsc::UnboundedReceiver<Option<Leader>>,
+    events: mpsc::UnboundedReceiver<Observed>,
     close: mpsc::UnboundedSender<()>,
 }
 
 impl Observe {
     pub(crate) fn new(
-        events: mpsc::UnboundedReceiver<Option<Leader>>,
+        events: mpsc::UnboundedReceiver<Observed>,
         close: mpsc::UnboundedSender<()>,
     ) -> Self {
         Observe { events, close }
     }
 
-    /// The next leader (`Some(None)`: nobody leads), in order; `None` once
-    /// closed. The first item is the leader when observing began; each
-    /// later one is a change of leader key, token or value. While etcd is
-    /// unreachable nothing comes (the observer keeps retrying); after it
-    /// returns, the leader then is reported if it changed.
-    pub async fn next(&mut self) -> Option<Option<Leader>> {
+    /// Observes the election `name` without a session (nothing is
+    /// written): the same stream as [`Election::observe`](crate::Election::observe).
+    /// Fails only on a bad name.
+    pub fn start<A: EtcdApi>(client: A, name: &str) -> Result<Observe, Error> {
+        Self::start_with(client, name, &crate::SessionOptions::default())
+    }
+
+    /// [`start`](Self::start) with the request timeout, probe interval,
+    /// backoff and seed of `opts` (the rest is unused).
+    pub fn start_with<A: EtcdApi>(
+        client: A,
+        name: &str,
+        opts: &crate::SessionOptions,
+    ) -> Result<Observe, Error> {
+        let seed = opts
+            .seed
+            .unwrap_or_else(|| crate::liveness::default_seed(name));
+        Ok(Self::spawn(
+            client,
+            queue_prefix(name)?,
+            (
+                opts.request_timeout,
+                opts.probe_interval,
+                opts.backoff.clone(),
+                seed,
+            ),
+        ))
+    }
+
+    /// Runs an observer of `prefix` on a loop of its own.
+    pub(crate) fn spawn<A: EtcdApi>(
+        client: A,
+        prefix: coord_core::Key,
+        (request_timeout, probe_interval, backoff, seed): (
+            std::time::Duration,
+            std::time::Duration,
+            BackoffConfig,
+            u64,
+        ),
+    ) -> Observe {
+        let config = MirrorConfig {
+            request_timeout,
+            probe_interval,
+            backoff,
+            start: StartPolicy::Retry,
+            ..MirrorConfig::new(prefix, seed ^ 0x0b5e_77e5)
+        };
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let (close, close_rx) = mpsc::unbounded_channel();
+        match Observer::new(config) {
+            Ok(observer) => {
+                let host = ObserveHost { events: events_tx };
+                tokio::spawn(run(client, observer, host, Clock::start(), close_rx));
+            }
+            // Settings that passed a session's validation: never.
+            Err(e) => warn!(error = %e, "observer refused its settings"),
+        }
+        Observe::new(events, close)
+    }
+
+    /// The next observation, in order; `None` once closed. The first is
+    /// the leader when observing began (`leader: None`: nobody leads); each
+    /// later one a change of leader key, token or value, at the revision it
+    /// happened. While etcd is unreachable nothing comes (the observer
+    /// keeps retrying); after it returns, the leader then is reported if
+    /// it changed.
+    pub async fn next(&mut self) -> Option<Observed> {
         self.events.recv().await
     }
 
@@ -41,13 +116,7 @@ impl Observe {
 
 /// The observer loop's side of an [`Observe`].
 pub(crate) struct ObserveHost {
-    events: mpsc::UnboundedSender<Option<Leader>>,
-}
-
-impl ObserveHost {
-    pub(crate) fn new(events: mpsc::UnboundedSender<Option<Leader>>) -> Self {
-        ObserveHost { events }
-    }
+    events: mpsc::UnboundedSender<Observed>,
 }
 
 impl Host<Observer> for ObserveHost {
@@ -65,8 +134,8 @@ impl Host<Observer> for ObserveHost {
 
     fn publish(&mut self, _now: Instant, event: Event) {
         match event {
-            Event::Leader { leader, .. } => {
-                let _ = self.events.send(leader);
+            Event::Leader { leader, revision } => {
+                let _ = self.events.send(Observed { leader, revision });
             }
             Event::Retrying(retry) => {
                 debug!(attempt = retry.attempt, failure = ?retry.failure, "observer retrying")

@@ -81,6 +81,12 @@ pub enum Invariant {
     OneLeasePerSession,
     /// A session reported a lease etcd did not have.
     SessionLeaseLives,
+    /// An observation disagreed with etcd's leader at its revision.
+    ObserverSound,
+    /// An observer skipped a leader without a compaction to excuse it.
+    ObserverComplete,
+    /// An observer's last report was not etcd's settled leader.
+    ObserverConverges,
 }
 
 /// One violation.

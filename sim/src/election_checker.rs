@@ -165,6 +165,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     one_lease(case, &disturbed, &samples, v);
     session_lease_lives(case, history, &samples, v);
     latencies(case, history, &samples, v);
+    crate::observe_checker::check(case, history, &log, v);
 }
 
 /// The deletions of each key incarnation: (key, create revision) -> (at,

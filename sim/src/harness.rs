@@ -231,6 +231,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         let w = world.clone();
         let wrap = wrap.clone();
         let seed = case.seed;
+        let names = case.names();
         // The slot exists before the node, whose init reads it.
         fleet(&world.fleet).watchers.push(WatcherSlot {
             proc: Proc::new(etcd_node.id()),
@@ -240,7 +241,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
             .create_node()
             .name(format!("watcher-{i}"))
             .ip(watcher_ip(i))
-            .init(move || watcher_agent(w.clone(), wrap.clone(), i, seed))
+            .init(move || watcher_agent(w.clone(), wrap.clone(), i, seed, names.clone()))
             .build();
         fleet(&world.fleet).watchers[i].proc.node = node.id();
     }
@@ -402,14 +403,40 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
 }
 
 /// One watcher process: records every event its consumer takes, and
-/// publishes its `view()` for the observer.
-async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64) {
+/// publishes its `view()` for the observer; it also observes every
+/// election name and records what it sees.
+async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: Vec<String>) {
     let id = (1 << 48) | u64::try_from(i).unwrap_or(0);
     let Some(etcd) = w.client(id).await else {
         return;
     };
-    let opts = watcher_options(seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let Ok(mut watcher) = HostWatcher::<HostMetadata>::new(wrap.wrap(etcd), opts).await else {
+    let api = wrap.wrap(etcd);
+    let mixed = seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for name in names {
+        let opts = coord::SessionOptions {
+            seed: Some(
+                name.bytes()
+                    .fold(mixed, |h, b| h.wrapping_mul(31) ^ u64::from(b)),
+            ),
+            ..coord::SessionOptions::default()
+        };
+        let Ok(mut observe) = coord::Observe::start_with(api.clone(), &name, &opts) else {
+            continue;
+        };
+        let w = w.clone();
+        madsim::task::spawn(async move {
+            while let Some(seen) = observe.next().await {
+                w.record(What::Observed {
+                    watcher: i,
+                    name: name.clone(),
+                    leader: seen.leader.map(|l| (l.key.to_string(), l.token.0, l.value)),
+                    revision: seen.revision.0,
+                });
+            }
+        });
+    }
+    let opts = watcher_options(mixed);
+    let Ok(mut watcher) = HostWatcher::<HostMetadata>::new(api, opts).await else {
         return;
     };
     loop {
@@ -543,7 +570,11 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
         Fault::Compact => {
             let mut st = lock(&w.etcd);
             let rev = st.model.revision();
-            st.model.compact(rev).is_ok()
+            let done = st.model.compact(rev).is_ok();
+            if done {
+                w.record(What::Compacted { revision: rev });
+            }
+            done
         }
         Fault::DropReplies { ms } => {
             let mut st = lock(&w.etcd);

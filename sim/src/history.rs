@@ -157,6 +157,22 @@ pub enum What {
     ElectionLog(Vec<LogEntry>),
     /// Which client each lease was granted to; recorded at the end.
     LeaseOwners(std::collections::BTreeMap<i64, u64>),
+    /// A watcher process's observer of an election reported a leader.
+    Observed {
+        /// Watcher index.
+        watcher: usize,
+        /// The election name.
+        name: String,
+        /// The leader's (key, token, value), `None` for nobody.
+        leader: Option<(String, i64, Vec<u8>)>,
+        /// The revision it reflects.
+        revision: i64,
+    },
+    /// A compaction was applied, up to this revision.
+    Compacted {
+        /// The compaction revision.
+        revision: i64,
+    },
 }
 
 /// How a contender campaigned.

@@ -24,6 +24,8 @@ pub mod harness;
 pub mod history;
 pub mod model;
 #[cfg(madsim)]
+pub mod observe_checker;
+#[cfg(madsim)]
 pub mod process;
 #[cfg(madsim)]
 pub mod report;

@@ -235,6 +235,20 @@ pub fn timeline(r: &CaseResult) -> String {
             | What::ContenderSample(_)
             | What::ElectionLog(_)
             | What::LeaseOwners(_) => {}
+            What::Observed {
+                watcher,
+                name,
+                leader,
+                revision,
+            } => {
+                let who = leader
+                    .as_ref()
+                    .map_or("nobody".to_string(), |l| l.0.clone());
+                let _ = writeln!(
+                    out,
+                    "{t}  watcher-{watcher}  observes {name}: {who} (rev {revision})"
+                );
+            }
             other => {
                 let _ = writeln!(out, "{t}  harness {other:?}");
             }

@@ -502,3 +502,16 @@ fn a_session_that_keeps_a_dead_lease_is_caught() {
         "the checker missed a session reporting a dead lease"
     );
 }
+
+#[test]
+fn an_observer_blind_to_deletes_is_caught() {
+    let seed = first_catch_any(
+        QueueDeletesDropped,
+        &[Invariant::ObserverSound, Invariant::ObserverConverges],
+        10,
+    );
+    assert!(
+        seed.is_some(),
+        "the checker missed observers reporting stale leaders"
+    );
+}

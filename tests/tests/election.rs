@@ -167,12 +167,15 @@ async fn a_cancelled_campaign_leaves_no_key() {
     assert_eq!(again.err(), Some(Error::Timeout));
 }
 
-/// The next observation, within `SOON`.
-async fn next(o: &mut coord::Observe) -> Option<coord::Leader> {
-    tokio::time::timeout(SOON, o.next())
+/// The next observation's leader, within `SOON`; revisions only increase.
+async fn next(o: &mut coord::Observe, last: &mut coord::Revision) -> Option<coord::Leader> {
+    let seen = tokio::time::timeout(SOON, o.next())
         .await
         .expect("an observation")
-        .expect("open")
+        .expect("open");
+    assert!(seen.revision > *last, "{seen:?} after {last:?}");
+    *last = seen.revision;
+    seen.leader
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,13 +190,18 @@ async fn observe_sees_every_transition_including_no_leader() {
         .await
         .unwrap();
     let mut observe = a.observe();
-    assert_eq!(next(&mut observe).await, None, "nobody leads at first");
+    let last = &mut coord::Revision(0);
+    assert_eq!(
+        next(&mut observe, last).await,
+        None,
+        "nobody leads at first"
+    );
     let la = a.campaign("a").await.unwrap();
-    let seen = next(&mut observe).await.expect("a leads");
+    let seen = next(&mut observe, last).await.expect("a leads");
     assert_eq!(seen.value, b"a");
     assert_eq!(seen.token, la.fence());
     la.proclaim("a2").await.unwrap();
-    assert_eq!(next(&mut observe).await.expect("a").value, b"a2");
+    assert_eq!(next(&mut observe, last).await.expect("a").value, b"a2");
     let waiting = tokio::spawn(async move { b.campaign("b").await });
     eventually(SOON, "b queued", || async {
         (queue(&client, "e-obs/").await.len() == 2).then_some(())
@@ -205,14 +213,22 @@ async fn observe_sees_every_transition_including_no_leader() {
         .unwrap()
         .unwrap()
         .unwrap();
-    let seen = next(&mut observe).await.expect("b leads");
+    let seen = next(&mut observe, last).await.expect("b leads");
     assert_eq!(seen.value, b"b");
     assert_eq!(seen.token, lb.fence());
     // Compaction does not end observing.
     etcd.compact().await;
     lb.resign().await.unwrap();
-    assert_eq!(next(&mut observe).await, None, "nobody leads again");
+    assert_eq!(next(&mut observe, last).await, None, "nobody leads again");
     observe.close();
+    // Observing needs no session: nothing is written.
+    let mut standalone = coord::Observe::start(client.clone(), "e-obs").unwrap();
+    let seen = tokio::time::timeout(SOON, standalone.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.leader, None);
+    assert!(seen.revision >= *last);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
