@@ -171,9 +171,36 @@ pub fn candidate_key(name: &Key, lease: LeaseId) -> Key {
     Key([name.as_bytes(), hex.as_bytes()].concat())
 }
 
+/// What to tell once a leave is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tell {
+    /// `Left`: the user asked to leave.
+    Left,
+    /// Nothing: the campaign already ended (a try that lost, cleaning up
+    /// a key of its own from an earlier attempt).
+    Nothing,
+}
+
+/// The key a leave deletes, guarded by its create revision when known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Leave {
+    key: Key,
+    token: Option<Revision>,
+    tell: Tell,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LeaveStep {
-    InFlight { op: OpId, deadline: Instant },
+    /// The join is still in flight: its answer says what to delete (a
+    /// delete sent now could reach etcd before the join and miss it).
+    AwaitJoin {
+        op: OpId,
+        deadline: Instant,
+    },
+    InFlight {
+        op: OpId,
+        deadline: Instant,
+    },
     RetryAt(Instant),
 }
 
@@ -200,8 +227,7 @@ enum State {
         mirror: Box<Mirror>,
     },
     Leaving {
-        key: Key,
-        token: Option<Revision>,
+        leave: Leave,
         step: LeaveStep,
     },
     Done,
@@ -292,7 +318,9 @@ impl Contender {
             State::Rejoin { next_at, .. } => Some(*next_at),
             State::Queued { mirror, .. } | State::Leading { mirror, .. } => mirror.poll_timeout(),
             State::Leaving { step, .. } => Some(match step {
-                LeaveStep::InFlight { deadline, .. } => *deadline,
+                LeaveStep::AwaitJoin { deadline, .. } | LeaveStep::InFlight { deadline, .. } => {
+                    *deadline
+                }
                 LeaveStep::RetryAt(at) => *at,
             }),
         };
@@ -342,12 +370,12 @@ impl Contender {
                 self.close_mirror(mirror);
                 self.event(ElectionEvent::Lost { reason: loss });
             }
-            State::Leaving { step, .. } => {
+            State::Leaving { leave, step } => {
                 // The lease's revoke (or expiry) deletes the key.
-                if let LeaveStep::InFlight { op, .. } = step {
+                if let LeaveStep::InFlight { op, .. } | LeaveStep::AwaitJoin { op, .. } = step {
                     self.cmd(Command::Abandon { op });
                 }
-                self.event(ElectionEvent::Left);
+                self.left(leave.tell);
             }
             State::Done => {}
         }
@@ -417,13 +445,20 @@ impl Contender {
     pub(crate) fn leave(&mut self, now: Instant, ids: &mut OpIds) {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Pending => self.event(ElectionEvent::Left),
-            State::Joining { op, lease, .. } => {
-                // The join may have landed: delete whatever is there.
-                self.cmd(Command::Abandon { op });
-                self.begin_leave(now, candidate_key(&self.name, lease), None, ids);
+            State::Joining {
+                op,
+                deadline,
+                lease,
+            } => {
+                // Wait for the join's answer: a delete sent now could reach
+                // etcd before the join and miss the key it then creates.
+                self.state = State::Leaving {
+                    leave: self.leave_of(lease, None, Tell::Left),
+                    step: LeaveStep::AwaitJoin { op, deadline },
+                };
             }
             State::Rejoin { lease, .. } => {
-                self.begin_leave(now, candidate_key(&self.name, lease), None, ids);
+                self.begin_leave(now, self.leave_of(lease, None, Tell::Left), ids);
             }
             State::Queued {
                 lease,
@@ -436,28 +471,45 @@ impl Contender {
                 mirror,
             } => {
                 self.close_mirror(mirror);
-                self.begin_leave(now, candidate_key(&self.name, lease), Some(token), ids);
+                self.begin_leave(now, self.leave_of(lease, Some(token), Tell::Left), ids);
             }
             other @ (State::Leaving { .. } | State::Done) => self.state = other,
         }
     }
 
-    fn begin_leave(&mut self, now: Instant, key: Key, token: Option<Revision>, ids: &mut OpIds) {
-        let compares = token
-            .map(|t| Compare::create_revision(key.clone(), CompareOp::Equal, t))
+    fn leave_of(&self, lease: LeaseId, token: Option<Revision>, tell: Tell) -> Leave {
+        Leave {
+            key: candidate_key(&self.name, lease),
+            token,
+            tell,
+        }
+    }
+
+    fn left(&mut self, tell: Tell) {
+        match tell {
+            Tell::Left => self.event(ElectionEvent::Left),
+            Tell::Nothing => {}
+        }
+    }
+
+    fn begin_leave(&mut self, now: Instant, leave: Leave, ids: &mut OpIds) {
+        let compares = leave
+            .token
+            .map(|t| Compare::create_revision(leave.key.clone(), CompareOp::Equal, t))
             .into_iter()
             .collect();
         let txn = Txn {
             compares,
-            success: vec![TxnOp::Delete { key: key.clone() }],
+            success: vec![TxnOp::Delete {
+                key: leave.key.clone(),
+            }],
             failure: Vec::new(),
         };
         let op = ids.next();
         self.cmd(Command::Txn { op, txn });
         let deadline = now + self.config.request_timeout;
         self.state = State::Leaving {
-            key,
-            token,
+            leave,
             step: LeaveStep::InFlight { op, deadline },
         };
     }
@@ -501,29 +553,29 @@ impl Contender {
                 self.after_mirror(now, lease, token, mirror, true);
             }
             State::Leaving {
-                key,
-                token,
+                leave,
                 step: LeaveStep::InFlight { op, deadline },
             } if now >= deadline => {
                 self.cmd(Command::Abandon { op });
-                self.leave_failed(now, key, token, AttemptFailure::Timeout);
+                self.leave_failed(now, leave, AttemptFailure::Timeout);
             }
             State::Leaving {
-                key,
-                token,
+                leave,
+                step: LeaveStep::AwaitJoin { op, deadline },
+            } if now >= deadline => {
+                // The join's outcome stays unknown: delete whatever is there.
+                self.cmd(Command::Abandon { op });
+                self.begin_leave(now, leave, ids);
+            }
+            State::Leaving {
+                leave,
                 step: LeaveStep::RetryAt(at),
-            } if now >= at => self.begin_leave(now, key, token, ids),
+            } if now >= at => self.begin_leave(now, leave, ids),
             other => self.state = other,
         }
     }
 
-    fn leave_failed(
-        &mut self,
-        now: Instant,
-        key: Key,
-        token: Option<Revision>,
-        failure: AttemptFailure,
-    ) {
+    fn leave_failed(&mut self, now: Instant, leave: Leave, failure: AttemptFailure) {
         let next_at = now + self.backoff.next_delay(failure.class());
         self.event(ElectionEvent::Retrying(Retry {
             attempt: self.backoff.attempt(),
@@ -531,8 +583,7 @@ impl Contender {
             failure: Some(failure),
         }));
         self.state = State::Leaving {
-            key,
-            token,
+            leave,
             step: LeaveStep::RetryAt(next_at),
         };
     }
@@ -582,17 +633,42 @@ impl Contender {
                 }
             },
             State::Leaving {
-                key,
-                token,
+                leave,
+                step: LeaveStep::AwaitJoin { op: want, .. },
+            } if want == op => match outcome {
+                Outcome::Ok(resp) => {
+                    let index = usize::from(resp.succeeded);
+                    let mine = resp
+                        .kvs(index)
+                        .and_then(|kvs| kvs.iter().find(|kv| kv.key == leave.key))
+                        .map(|kv| kv.create_revision);
+                    match mine {
+                        Some(token) => {
+                            let leave = Leave {
+                                token: Some(token),
+                                ..leave
+                            };
+                            self.begin_leave(now, leave, ids);
+                        }
+                        // Nothing was created (a try that lost).
+                        None => self.left(leave.tell),
+                    }
+                }
+                // Definitely not applied: nothing to delete.
+                Outcome::Err(_) => self.left(leave.tell),
+                Outcome::Unknown => self.begin_leave(now, leave, ids),
+            },
+            State::Leaving {
+                leave,
                 step: LeaveStep::InFlight { op: want, .. },
             } if want == op => match outcome {
                 Outcome::Ok(_) => {
                     self.backoff.reset();
-                    self.event(ElectionEvent::Left);
+                    self.left(leave.tell);
                 }
                 failed => {
                     let why = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
-                    self.leave_failed(now, key, token, why);
+                    self.leave_failed(now, leave, why);
                 }
             },
             other => self.state = other,
@@ -612,9 +688,15 @@ impl Contender {
         let mine = kvs.iter().find(|kv| kv.key == key).cloned();
         let mine = match (self.mode, mine) {
             (Mode::Try, Some(kv)) if lowest.as_ref() != Some(&kv) => {
-                // Ours, from an earlier attempt, but not first: leave it.
+                // Ours, from an earlier attempt, but not first: leave it,
+                // without a second word to the user.
                 self.event(ElectionEvent::NotElected { leader: lowest });
-                self.begin_leave(now, key, Some(kv.create_revision), ids);
+                let leave = Leave {
+                    key,
+                    token: Some(kv.create_revision),
+                    tell: Tell::Nothing,
+                };
+                self.begin_leave(now, leave, ids);
                 return;
             }
             (Mode::Try, None) => {

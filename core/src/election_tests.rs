@@ -211,19 +211,34 @@ fn resign_deletes_the_key_only_if_it_is_still_ours() {
 }
 
 #[test]
-fn a_campaign_cancelled_while_joining_deletes_whatever_landed() {
+fn a_campaign_cancelled_while_joining_waits_for_the_join_then_deletes_its_key() {
+    // Found by the simulator (quick withdrawals, generator V4): a delete
+    // sent while the join was in flight reached etcd first and missed the
+    // key the join then created, which stayed in the queue.
     let mut s = session();
     let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
     s.handle(t(11), Input::Leave { id: ElectionId(1) }).unwrap();
     let out = drain(&mut s);
-    assert!(commands(&out).contains(&Command::Abandon { op }));
-    let (del, txn) = the_txn(&out);
-    assert_eq!(txn.compares, vec![], "the create revision is unknown");
+    assert!(
+        commands(&out).is_empty(),
+        "nothing sent before the join answers: {out:?}"
+    );
+    // The join landed: its key is deleted, guarded by its create revision.
+    io(&mut s, 12, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let (del, txn) = the_txn(&drain(&mut s));
+    assert_eq!(
+        txn.compares,
+        vec![Compare::create_revision(
+            key_of(LEASE),
+            CompareOp::Equal,
+            Revision(20)
+        )]
+    );
     assert_eq!(txn.success, vec![TxnOp::Delete { key: key_of(LEASE) }]);
     // The delete fails once, then is retried until etcd answers.
     io(
         &mut s,
-        12,
+        13,
         Completion::Txn {
             op: del,
             outcome: Outcome::Err(Failure::Unavailable("no leader".into())),
@@ -254,6 +269,31 @@ fn a_campaign_cancelled_while_joining_deletes_whatever_landed() {
         election_events(&drain(&mut s), 1),
         vec![ElectionEvent::Left]
     );
+
+    // A join that definitely failed leaves nothing to delete; one whose
+    // outcome stays unknown past its deadline deletes blindly.
+    let (op, _) = the_txn(&campaign(&mut s, 20, 2, Mode::Wait));
+    s.handle(t(21), Input::Leave { id: ElectionId(2) }).unwrap();
+    io(
+        &mut s,
+        22,
+        Completion::Txn {
+            op,
+            outcome: Outcome::Err(Failure::Unavailable("refused".into())),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(commands(&out).is_empty());
+    assert_eq!(election_events(&out, 2), vec![ElectionEvent::Left]);
+    let (op, _) = the_txn(&campaign(&mut s, 30, 3, Mode::Wait));
+    s.handle(t(31), Input::Leave { id: ElectionId(3) }).unwrap();
+    let _ = drain(&mut s);
+    s.handle(t(2030), Input::Timeout).unwrap();
+    let out = drain(&mut s);
+    assert!(commands(&out).contains(&Command::Abandon { op }));
+    let (_, txn) = the_txn(&out);
+    assert_eq!(txn.compares, vec![], "the create revision is unknown");
+    assert_eq!(txn.success, vec![TxnOp::Delete { key: key_of(LEASE) }]);
 }
 
 #[test]
@@ -464,4 +504,52 @@ fn a_predecessor_found_recreated_by_a_relist_no_longer_blocks_the_queue() {
             token: FencingToken(20)
         }]
     );
+}
+
+#[test]
+fn a_losing_try_that_finds_a_stale_key_of_its_own_ends_once_and_cleans_up_quietly() {
+    // Found by the session fuzz smoke: the campaign said NotElected, then
+    // Left once its cleanup finished: two endings for one campaign.
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Try));
+    let leader = kv(LeaseId(0x10), "a", 5);
+    // Someone leads; a key of ours (an earlier attempt's) queues behind.
+    io(
+        &mut s,
+        11,
+        joined(op, false, vec![leader.clone(), kv(LEASE, "me", 20)], 25),
+    );
+    let out = drain(&mut s);
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::NotElected {
+            leader: Some(leader)
+        }]
+    );
+    let (del, txn) = the_txn(&out);
+    assert_eq!(
+        txn.compares,
+        vec![Compare::create_revision(
+            key_of(LEASE),
+            CompareOp::Equal,
+            Revision(20)
+        )]
+    );
+    io(
+        &mut s,
+        12,
+        Completion::Txn {
+            op: del,
+            outcome: Outcome::Ok(TxnResponse {
+                succeeded: true,
+                revision: Revision(26),
+                responses: vec![TxnOpResponse::Delete { deleted: 1 }],
+            }),
+        },
+    );
+    assert!(
+        election_events(&drain(&mut s), 1).is_empty(),
+        "no second ending"
+    );
+    assert_eq!(s.elections(), 0);
 }

@@ -430,6 +430,17 @@ impl LeaderProbe {
     pub async fn lost(&self) -> Option<Loss> {
         ended(&self.phase).await
     }
+
+    /// True once the leadership has ended (lost, or resigned): `lost()`
+    /// would complete at once.
+    pub fn has_ended(&self) -> bool {
+        self.phase.borrow().is_over()
+    }
+
+    /// The session's lease the leadership is on.
+    pub fn lease(&self) -> LeaseId {
+        self.lease
+    }
 }
 
 fn answer_error(answer: Answer) -> Error {

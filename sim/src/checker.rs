@@ -79,6 +79,8 @@ pub enum Invariant {
     TryWritesNothing,
     /// An undisturbed session held more than one lease.
     OneLeasePerSession,
+    /// A leadership on a lease its session no longer holds was not ended.
+    LossReported,
     /// A session reported a lease etcd did not have.
     SessionLeaseLives,
     /// An observation disagreed with etcd's leader at its revision.
@@ -475,7 +477,7 @@ fn no_ghost(case: &Case, history: &History, samples: &[(u64, &Vec<HostSample>)],
 
 /// Leader-change windows (start, end): etcd expires nothing without a
 /// leader and restarts every TTL at the window's end.
-fn leader_windows(history: &History) -> Vec<(u64, u64)> {
+pub(crate) fn leader_windows(history: &History) -> Vec<(u64, u64)> {
     history
         .records
         .iter()
@@ -490,7 +492,7 @@ fn leader_windows(history: &History) -> Vec<(u64, u64)> {
 
 /// When a lease last renewed at or before `from` (TTL `ttl_ms`) is surely
 /// expired in etcd, leader changes included.
-fn expiry_deadline(from: u64, ttl_ms: u64, windows: &[(u64, u64)]) -> u64 {
+pub(crate) fn expiry_deadline(from: u64, ttl_ms: u64, windows: &[(u64, u64)]) -> u64 {
     let mut deadline = from + ttl_ms + ms(EXPIRY_SLACK);
     for (start, end) in windows {
         if *end >= from && *start <= deadline {

@@ -249,8 +249,13 @@ impl Loop {
             }
             let roll = madsim::rand::random::<u32>() % 100;
             let mode = match roll {
-                0..=69 => CampaignMode::Wait,
-                70..=84 => CampaignMode::Try,
+                0..=66 => CampaignMode::Wait,
+                67..=81 => CampaignMode::Try,
+                // Withdrawn within a join's round trip or two: the join may
+                // land after the withdrawal.
+                82..=86 => CampaignMode::WaitAtMost(
+                    u64::try_from(random_ms(1, 20).as_millis()).unwrap_or(5),
+                ),
                 _ => CampaignMode::WaitAtMost(
                     u64::try_from(random_ms(200, 3000).as_millis()).unwrap_or(1000),
                 ),
@@ -286,6 +291,11 @@ impl Loop {
                 Err(Error::Timeout) => {
                     let lease = self.queue.session().lease_id().map(|l| l.0);
                     self.record(ContenderEvent::Cancelled { lease });
+                    if matches!(mode, CampaignMode::WaitAtMost(ms) if ms < 100) {
+                        // Stay away long enough for the checker to see the
+                        // withdrawn key gone before any new campaign.
+                        sleep(Duration::from_secs(7)).await;
+                    }
                 }
                 Err(e) => {
                     let lost = matches!(e, Error::Lost(_));
@@ -384,11 +394,13 @@ pub(crate) fn sample(w: &World, st: &EtcdState) -> Vec<ContenderSample> {
                     })
                     .collect(),
             };
+            let me = client_id(c, slot.incarnation);
             let leases = st
                 .lease_owners
                 .iter()
-                .filter(|(l, owner)| contender_of(**owner) == Some(c) && live.contains(l))
-                .count();
+                .filter(|(l, owner)| **owner == me && live.contains(l))
+                .map(|(l, _)| *l)
+                .collect();
             let session_lease = match slot.proc.condition {
                 Condition::Crashed => None,
                 _ => slot
@@ -397,11 +409,20 @@ pub(crate) fn sample(w: &World, st: &EtcdState) -> Vec<ContenderSample> {
                     .and_then(coord::Session::lease_id)
                     .map(|l| (l.0, live.contains(&l.0))),
             };
+            let leaderships = match slot.proc.condition {
+                Condition::Crashed => Vec::new(),
+                _ => slot
+                    .probes
+                    .iter()
+                    .map(|(name, p)| (name.clone(), p.lease().0, p.has_ended()))
+                    .collect(),
+            };
             ContenderSample {
                 condition: slot.proc.condition,
                 believes,
                 leases,
                 session_lease,
+                leaderships,
             }
         })
         .collect()

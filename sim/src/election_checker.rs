@@ -15,8 +15,9 @@
 //! - **fenced**: every write that lands on a name's fenced resource carries
 //!   the token of the name's holder at that revision (so a stale holder's
 //!   write never lands after a newer holder's);
-//! - **a leader after the heal**: once everything heals, within
-//!   [`election_bound`], every name has a leader in every 3 s window;
+//! - **a leader after the heal**: once everything heals, after
+//!   [`election_bound`], no candidate waits more than 3 s on a name that
+//!   has no leader;
 //! - **no zombie**: a waiter whose key is deleted from outside is never
 //!   elected and its campaign fails (within the bound when undisturbed);
 //! - **a withdrawn campaign leaves no key**: after a campaign is withdrawn
@@ -27,8 +28,13 @@
 //! - **a registered session's lease lives**: a session reporting its lease
 //!   registered holds a lease etcd has (it never hands out a dead one),
 //!   but for one TTL after an outside revoke;
-//! - **one lease per session**: an undisturbed process (a candidate, a
-//!   locker, a pool of many names) holds at most one live lease.
+//! - **one lease per session**: a process's incarnation (a candidate, a
+//!   locker, a pool of many names) holds at most one live lease, but for a
+//!   request timeout and a retry after a disturbance, and a TTL after one
+//!   that may have made a lease it never learned of;
+//! - **losses are reported at once**: once a session no longer holds the
+//!   lease a leadership is on, the leadership's `lost()` has fired within
+//!   half a second.
 //!
 //! It also measures failover latency (a leader's process crashed to a
 //! successor leading, minus the crashed leader's TTL) and handover
@@ -39,10 +45,10 @@ use std::time::Duration;
 
 use crate::checker::{Invariant, Verdict};
 use crate::contenders::{contender_of, resource_key};
-use crate::harness::{election_bound, EXPIRY_SLACK};
-use crate::history::{ContenderEvent, ContenderSample, History, LogEntry, What};
+use crate::harness::election_bound;
+use crate::history::{CampaignMode, ContenderEvent, ContenderSample, History, LogEntry, What};
 use crate::model::DeleteCause;
-use crate::schedule::{Case, Fault};
+use crate::schedule::{Case, Direction, Fault};
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -157,12 +163,13 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     one_leader_and_beliefs(case, &log, &disturbed, &samples, v);
     fenced(&log, v);
     if let Some(heal) = heal_at {
-        leader_after_heal(case, heal, stop_at, &samples, v);
+        leader_after_heal(case, history, heal, stop_at, v);
     }
     no_zombie(history, &owners, &disturbed, v);
     withdrawn_leave_no_key(history, &log, &disturbed, v);
     losing_tries_write_nothing(history, &log, &owners, v);
-    one_lease(case, &disturbed, &samples, v);
+    one_lease(case, history, &disturbed, &samples, v);
+    loss_reported(history, &samples, v);
     session_lease_lives(case, history, &samples, v);
     latencies(case, history, &samples, v);
     crate::observe_checker::check(case, history, &log, v);
@@ -269,37 +276,73 @@ fn fenced(log: &[LogEntry], v: &mut Verdict) {
     }
 }
 
-fn leader_after_heal(
-    case: &Case,
-    heal: u64,
-    stop: u64,
-    samples: &[(u64, &Vec<ContenderSample>)],
-    v: &mut Verdict,
-) {
+/// After the heal (plus the bound), nobody waits more than 3 s on a name
+/// that has no leader: if a live candidate is campaigning, a leader
+/// exists.
+fn leader_after_heal(case: &Case, history: &History, heal: u64, stop: u64, v: &mut Verdict) {
+    const WAITED: u64 = 3000;
     let from = heal + ms(election_bound(case));
-    const WINDOW: u64 = 3000;
-    for name in case.names() {
-        let mut last_leader = from;
-        for (at, contenders) in samples.iter().filter(|(t, _)| *t >= from && *t < stop) {
-            v.checks += 1;
-            let led = contenders
-                .iter()
-                .any(|s| s.believes.iter().any(|(n, _, _, p)| *n == name && *p));
-            if led {
-                last_leader = *at;
-            } else if *at > last_leader + WINDOW {
-                v.violate(
-                    Invariant::LeaderAfterHeal,
-                    *at,
-                    None,
-                    format!(
-                        "{name}: no leader for {} ms, {} ms after the heal",
-                        at - last_leader,
-                        at - heal
-                    ),
-                );
-                break;
+    // Per name: contenders waiting now, since when; and the last sample
+    // with a leader.
+    let mut waiting: BTreeMap<&str, BTreeMap<usize, u64>> = BTreeMap::new();
+    let mut led_at: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in &history.records {
+        if r.at_ms >= stop {
+            break;
+        }
+        match &r.what {
+            What::Contender {
+                contender,
+                name,
+                event,
+                ..
+            } => {
+                let w = waiting.entry(name).or_default();
+                match event {
+                    ContenderEvent::Started {
+                        mode: CampaignMode::Wait | CampaignMode::WaitAtMost(_),
+                    } => {
+                        w.insert(*contender, r.at_ms);
+                    }
+                    _ => {
+                        w.remove(contender);
+                    }
+                }
             }
+            What::ContenderSample(contenders) => {
+                for (name, w) in &waiting {
+                    let led = contenders
+                        .iter()
+                        .any(|s| s.believes.iter().any(|(n, _, _, p)| n == name && *p));
+                    let since = led_at.entry(name).or_insert(r.at_ms);
+                    if led {
+                        *since = r.at_ms;
+                        continue;
+                    }
+                    if r.at_ms < from {
+                        continue;
+                    }
+                    // Leaderless since the last sample with a leader (or
+                    // since the first waiter came, if later).
+                    let first_waiter = w.values().min().copied();
+                    v.checks += 1;
+                    if let Some(waiter) = first_waiter {
+                        let leaderless = r.at_ms.saturating_sub((*since).max(waiter));
+                        if leaderless > WAITED {
+                            v.violate(
+                                Invariant::LeaderAfterHeal,
+                                r.at_ms,
+                                None,
+                                format!(
+                                    "{name}: no leader for {leaderless} ms while a candidate waited, {} ms after the heal",
+                                    r.at_ms - heal
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }
@@ -493,32 +536,135 @@ fn losing_tries_write_nothing(
     }
 }
 
+/// Intervals during which replies to contender `c` could be lost while its
+/// requests were applied (unanswered requests, a partition cutting the way
+/// back): a grant may have made a lease the process never learned of.
+fn lossy(history: &History, c: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut open = None;
+    for r in &history.records {
+        match &r.what {
+            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
+            What::Fault(Fault::ContenderPartition {
+                contender,
+                direction: Direction::FromEtcd | Direction::Both,
+                ..
+            }) if *contender == c => {
+                open.get_or_insert(r.at_ms);
+            }
+            What::ContenderPartitionEnded { contender } if *contender == c => {
+                if let Some(s) = open.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(open.map(|s| (s, u64::MAX)));
+    out
+}
+
+/// A process's incarnation holds one lease, but briefly after a
+/// disturbance (a lost lease is revoked within a request timeout and a
+/// retry once etcd answers again), and for a TTL after a disturbance that
+/// could have made a lease it never learned of.
 fn one_lease(
     case: &Case,
+    history: &History,
     disturbed: &[Vec<(u64, u64)>],
     samples: &[(u64, &Vec<ContenderSample>)],
     v: &mut Verdict,
 ) {
-    for (at, contenders) in samples {
-        for (c, s) in contenders.iter().enumerate() {
-            let ttl = case.contenders.get(c).map_or(10, |s| s.ttl) * 1000;
-            // A lease lost or replaced under a disturbance may live on
-            // until it expires.
-            let window = ttl + ms(EXPIRY_SLACK) + prompt();
-            let quiet = disturbed[c]
+    let revoke_retry = 250;
+    let windows = crate::checker::leader_windows(history);
+    for (c, (spec, disturbed)) in case.contenders.iter().zip(disturbed).enumerate() {
+        let ttl = spec.ttl * 1000;
+        let lossy = lossy(history, c);
+        let quiet = |at: u64| {
+            let short = prompt() + revoke_retry;
+            // A lease it never learned of expires by itself (a leader
+            // change restarts its TTL).
+            let expired = |e: u64| crate::checker::expiry_deadline(e, ttl, &windows) + prompt();
+            disturbed
                 .iter()
-                .all(|(st, e)| e.saturating_add(window) < *at || *st > *at);
-            if !quiet {
+                .all(|(st, e)| e.saturating_add(short) < at || *st > at)
+                && lossy.iter().all(|(st, e)| expired(*e) < at || *st > at)
+        };
+        for (at, contenders) in samples {
+            let Some(s) = contenders.get(c) else { continue };
+            if s.condition != crate::history::Condition::Alive || !quiet(*at) {
                 continue;
             }
             v.checks += 1;
-            if s.leases > 1 {
+            if s.leases.len() > 1 {
                 v.violate(
                     Invariant::OneLeasePerSession,
                     *at,
                     None,
-                    format!("contender {c} holds {} live leases", s.leases),
+                    format!(
+                        "contender {c} holds live leases {:x?} (its session reports {:x?})",
+                        s.leases,
+                        s.session_lease.map(|(l, _)| l)
+                    ),
                 );
+            }
+        }
+    }
+}
+
+/// Once a session no longer holds the lease a leadership is on, that
+/// leadership has ended (`lost()` fired) within half a second: the session
+/// tells every campaign at once. Judged from samples of what the library
+/// says, not from when a busy user loop noticed.
+fn loss_reported(history: &History, samples: &[(u64, &Vec<ContenderSample>)], v: &mut Verdict) {
+    const GRACE: u64 = 500;
+    let stop = history
+        .records
+        .iter()
+        .find(|r| matches!(r.what, What::StopAll))
+        .map_or(u64::MAX, |r| r.at_ms);
+    let resumed: Vec<(usize, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::ContenderResumed { contender } => Some((*contender, r.at_ms)),
+            _ => None,
+        })
+        .collect();
+    // Per contender: when its session last held each lease.
+    let mut held: BTreeMap<(usize, i64), u64> = BTreeMap::new();
+    for (at, contenders) in samples {
+        if *at >= stop {
+            break;
+        }
+        for (c, s) in contenders.iter().enumerate() {
+            if let Some((lease, _)) = s.session_lease {
+                held.insert((c, lease), *at);
+            }
+            let just_resumed = resumed
+                .iter()
+                .any(|(x, t)| *x == c && *at >= *t && *at < *t + GRACE);
+            if s.condition != crate::history::Condition::Alive || just_resumed {
+                continue;
+            }
+            for (name, lease, ended) in &s.leaderships {
+                if *ended || s.session_lease.map(|(l, _)| l) == Some(*lease) {
+                    continue;
+                }
+                let Some(last) = held.get(&(c, *lease)) else {
+                    continue;
+                };
+                v.checks += 1;
+                if last + GRACE < *at {
+                    v.violate(
+                        Invariant::LossReported,
+                        *at,
+                        None,
+                        format!(
+                            "contender {c}'s session last held lease {lease:x} at {last} ms, yet its leadership of {name} has not ended"
+                        ),
+                    );
+                }
             }
         }
     }

@@ -275,11 +275,12 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     sleep_until(start + Duration::from_millis(case.phase1_ms)).await;
     heal_all(&world);
     world.record(What::HealAll);
-    let mut settle = heal_bound().max(watcher_bound());
+    let mut settle = heal_bound().max(watcher_bound()) + SETTLED;
     if !case.contenders.is_empty() {
-        settle = settle.max(election_bound(case));
+        // Room for the election checks' windows after their bound.
+        settle = settle.max(election_bound(case) + 2 * SETTLED);
     }
-    sleep(settle + SETTLED).await;
+    sleep(settle).await;
 
     world.record(What::StopAll);
     for slot in fleet(&world.fleet).hosts.iter_mut() {

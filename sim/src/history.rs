@@ -257,10 +257,13 @@ pub struct ContenderSample {
     /// The leaderships whose `is_leader()` is true now: (name, key, token,
     /// whether the key exists in etcd now).
     pub believes: Vec<(String, String, i64, bool)>,
-    /// Live leases granted to it.
-    pub leases: usize,
+    /// Live leases granted to its current incarnation.
+    pub leases: Vec<i64>,
     /// The lease its session reports registered, and whether etcd has it.
     pub session_lease: Option<(i64, bool)>,
+    /// Every leadership its loops hold: (name, lease, ended as the
+    /// library says).
+    pub leaderships: Vec<(String, i64, bool)>,
 }
 
 /// One change of a key outside the hosts' prefix.

@@ -176,6 +176,33 @@ const PINNED_V4: &[(u64, u64, &str)] = &[
         0x864e06e41ee046da,
         "a retried join re-creating its deleted key",
     ),
+    // A campaign withdrawn while its join was in flight sent its delete at
+    // once; the delete reached etcd before the join, which then created a
+    // key nobody owned (core bug: wait for the join's answer).
+    (
+        1,
+        0xd431668b6c91d065,
+        "a delete overtaking the join it undoes",
+    ),
+    (
+        9,
+        0x2212e191a461da72,
+        "a delete overtaking the join it undoes",
+    ),
+    // A leadership whose loop was busy with a fenced write noticed its
+    // session's loss late; the library had signalled it at once (checker:
+    // judge what the library says).
+    (5, 0xdc78327c9dedca9c, "a loss noticed late by a busy loop"),
+    // A lease granted with its reply lost outlived its TTL because an etcd
+    // leader change restarted it (checker: extend by leader changes).
+    (
+        255,
+        0xfe041b79216c4541,
+        "an unknown grant kept alive by a leader change",
+    ),
+    // A sample fell between a resign and its successor's election (checker:
+    // judge leaderless stretches, not how long a candidate waited).
+    (2, 0x3c6b03dbab7a1890, "a handover between two samples"),
 ];
 
 #[test]
