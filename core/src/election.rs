@@ -305,6 +305,11 @@ impl Contender {
         matches!(self.state, State::Done) && self.requests.is_empty()
     }
 
+    /// True if outputs wait to be drained.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// The next command or event, in order.
     pub(crate) fn next_output(&mut self) -> Option<Output<Command, ElectionEvent>> {
         self.out.pop_front()
@@ -346,8 +351,10 @@ impl Contender {
         }
     }
 
-    /// The session's lease is lost: everything built on it is lost too (a
-    /// pending campaign waits for the next lease).
+    /// The session's lease is lost: queued and leading campaigns are lost
+    /// too; one not queued yet (pending, or joining: a key its join made
+    /// is on the lost lease, which the session revokes) waits for the next
+    /// lease.
     pub(crate) fn lease_lost(&mut self, reason: &LostReason) {
         self.end(Loss::LeaseLost(reason.clone()));
     }
@@ -359,13 +366,22 @@ impl Contender {
 
     fn end(&mut self, loss: Loss) {
         match std::mem::replace(&mut self.state, State::Done) {
+            // A waiting campaign not queued yet (a key its join may have
+            // made is on the lost lease, which the session revokes) waits
+            // for the next lease. A try is one round trip: it fails.
             State::Pending if !matches!(loss, Loss::SessionClosed) => self.state = State::Pending,
-            State::Pending => self.event(ElectionEvent::Lost { reason: loss }),
+            State::Rejoin { .. } if self.waits_on(&loss) => self.state = State::Pending,
+            State::Joining { op, .. } if self.waits_on(&loss) => {
+                self.cmd(Command::Abandon { op });
+                self.state = State::Pending;
+            }
+            State::Pending | State::Rejoin { .. } => {
+                self.event(ElectionEvent::Lost { reason: loss })
+            }
             State::Joining { op, .. } => {
                 self.cmd(Command::Abandon { op });
                 self.event(ElectionEvent::Lost { reason: loss });
             }
-            State::Rejoin { .. } => self.event(ElectionEvent::Lost { reason: loss }),
             State::Queued { mirror, .. } | State::Leading { mirror, .. } => {
                 self.close_mirror(mirror);
                 self.event(ElectionEvent::Lost { reason: loss });
@@ -379,6 +395,12 @@ impl Contender {
             }
             State::Done => {}
         }
+    }
+
+    /// True if a campaign not queued yet outlives `loss` (waiting for the
+    /// next lease): a waiting one, when the lease (not the session) ended.
+    fn waits_on(&self, loss: &Loss) -> bool {
+        self.mode == Mode::Wait && !matches!(loss, Loss::SessionClosed)
     }
 
     fn close_mirror(&mut self, mut mirror: Box<Mirror>) {

@@ -553,3 +553,129 @@ fn a_losing_try_that_finds_a_stale_key_of_its_own_ends_once_and_cleans_up_quietl
     );
     assert_eq!(s.elections(), 0);
 }
+
+#[test]
+fn a_campaign_on_a_name_still_being_left_waits_for_the_leave() {
+    // A user drops a campaign and campaigns again at once: the new one
+    // waits for the old key's delete instead of failing.
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
+    let (del, _) = the_txn(&drain(&mut s));
+    let out = campaign(&mut s, 13, 2, Mode::Wait);
+    assert!(commands(&out).is_empty(), "waits: {out:?}");
+    assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
+    io(
+        &mut s,
+        14,
+        Completion::Txn {
+            op: del,
+            outcome: Outcome::Ok(TxnResponse {
+                succeeded: true,
+                revision: Revision(21),
+                responses: vec![TxnOpResponse::Delete { deleted: 1 }],
+            }),
+        },
+    );
+    let out = drain(&mut s);
+    assert_eq!(election_events(&out, 1), vec![ElectionEvent::Left]);
+    let (_, txn) = the_txn(&out);
+    assert_eq!(
+        txn.compares,
+        vec![Compare::create_revision(
+            key_of(LEASE),
+            CompareOp::Equal,
+            Revision(0)
+        )],
+        "the new campaign joins once the old key is gone"
+    );
+}
+
+#[test]
+fn a_campaign_still_joining_when_the_lease_is_lost_joins_again_with_the_next_lease() {
+    // Campaigning right after an outside revoke, on the lease the session
+    // still believed in: the campaign proceeds on the next lease instead of
+    // failing.
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(
+        &mut s,
+        11,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 0,
+        },
+    );
+    let out = drain(&mut s);
+    assert!(election_events(&out, 1).is_empty(), "not lost: {out:?}");
+    assert!(commands(&out).contains(&Command::Abandon { op }));
+    assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
+    let at = s.poll_timeout().unwrap();
+    s.handle(at, Input::Timeout).unwrap();
+    let grant = commands(&drain(&mut s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Grant { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a new grant");
+    io(
+        &mut s,
+        at.as_millis() + 1,
+        Completion::Granted {
+            op: grant,
+            outcome: Outcome::Ok(Granted {
+                lease: LEASE2,
+                ttl_secs: 9,
+            }),
+        },
+    );
+    let open = commands(&drain(&mut s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::OpenKeepAlive { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a keep-alive");
+    io(
+        &mut s,
+        at.as_millis() + 2,
+        Completion::KeepAliveReply {
+            stream: open,
+            ttl_secs: 9,
+        },
+    );
+    let (_, txn) = the_txn(&drain(&mut s));
+    assert_eq!(
+        txn.compares,
+        vec![Compare::create_revision(
+            key_of(LEASE2),
+            CompareOp::Equal,
+            Revision(0)
+        )]
+    );
+}
+
+#[test]
+fn a_try_still_joining_when_the_lease_is_lost_fails_it_is_one_round_trip() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Try));
+    io(
+        &mut s,
+        11,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 0,
+        },
+    );
+    let out = drain(&mut s);
+    assert!(commands(&out).contains(&Command::Abandon { op }));
+    assert_eq!(
+        election_events(&out, 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::LeaseLost(LostReason::LeaseExpired)
+        }]
+    );
+}

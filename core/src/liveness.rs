@@ -15,7 +15,6 @@ use std::time::Duration;
 use crate::backoff::BackoffConfig;
 use crate::ids::{Key, LeaseId};
 use crate::lease::{Attach, LeaseConfig, LeaseEngine, OnLoss};
-use crate::machine::Machine;
 use crate::time::Instant;
 pub use crate::StartPolicy;
 
@@ -145,31 +144,7 @@ impl Liveness {
     }
 }
 
-impl Machine for Liveness {
-    type Input = Input;
-    type Event = Event;
-    type Error = UsageError;
-
-    fn timeout_input() -> Input {
-        Input::Timeout
-    }
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        Liveness::handle(self, now, input)
-    }
-
-    fn poll(&mut self) -> Option<Output> {
-        Liveness::poll(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Liveness::poll_timeout(self)
-    }
-
-    fn is_closed(&self) -> bool {
-        Liveness::is_closed(self)
-    }
-}
+crate::machine::impl_machine!(Liveness, Input, Event);
 
 #[cfg(test)]
 #[path = "liveness_tests.rs"]

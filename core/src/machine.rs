@@ -32,3 +32,61 @@ pub trait Machine {
     /// True once the machine is closed (terminal and inert).
     fn is_closed(&self) -> bool;
 }
+
+/// The inputs of a machine that takes no user requests but start and
+/// close (a host's liveness, a watcher, an observer, the lease engine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Input {
+    /// Begin.
+    Start,
+    /// End: whatever the machine holds is given back; idempotent.
+    Close,
+    /// `poll_timeout()` has passed.
+    Timeout,
+    /// A request or stream the machine started answered.
+    Io(Completion),
+}
+
+impl From<Completion> for Input {
+    fn from(c: Completion) -> Self {
+        Input::Io(c)
+    }
+}
+
+/// Implements [`Machine`] for a type whose inherent `handle`, `poll`,
+/// `poll_timeout` and `is_closed` have the trait's shape.
+macro_rules! impl_machine {
+    ($ty:ty, $input:ty, $event:ty) => {
+        impl $crate::machine::Machine for $ty {
+            type Input = $input;
+            type Event = $event;
+            type Error = $crate::lease::UsageError;
+
+            fn timeout_input() -> $input {
+                <$input>::Timeout
+            }
+
+            fn handle(
+                &mut self,
+                now: $crate::time::Instant,
+                input: $input,
+            ) -> Result<(), $crate::lease::UsageError> {
+                <$ty>::handle(self, now, input)
+            }
+
+            fn poll(&mut self) -> Option<$crate::outbox::Output<$crate::io::Command, $event>> {
+                <$ty>::poll(self)
+            }
+
+            fn poll_timeout(&self) -> Option<$crate::time::Instant> {
+                <$ty>::poll_timeout(self)
+            }
+
+            fn is_closed(&self) -> bool {
+                <$ty>::is_closed(self)
+            }
+        }
+    };
+}
+pub(crate) use impl_machine;

@@ -324,6 +324,35 @@ impl Mirror {
         }
     }
 
+    /// Feeds one input of a machine that is a mirror plus a translation
+    /// of its changes (the watcher, the observer): `Start` is refused
+    /// unless idle; a completion that is not the mirror's is stale.
+    pub(crate) fn handle(
+        &mut self,
+        now: Instant,
+        input: crate::machine::Input,
+        ids: &mut OpIds,
+    ) -> Result<(), crate::lease::UsageError> {
+        use crate::machine::Input;
+        match input {
+            Input::Start => {
+                if !self.start(now, ids) {
+                    return Err(if self.is_closed() {
+                        crate::lease::UsageError::Closed
+                    } else {
+                        crate::lease::UsageError::AlreadyStarted
+                    });
+                }
+            }
+            Input::Close => self.close(),
+            Input::Timeout => self.timeout(now, ids),
+            Input::Io(c) => {
+                let _ = self.io(now, c, ids);
+            }
+        }
+        Ok(())
+    }
+
     /// Starts by ranging the prefix. Only from idle.
     pub(crate) fn start(&mut self, now: Instant, ids: &mut OpIds) -> bool {
         if self.state != State::Idle {

@@ -13,34 +13,15 @@
 use std::collections::BTreeMap;
 
 use crate::ids::{FencingToken, Key, Revision};
-use crate::io::{Command, Completion};
+use crate::io::Command;
 use crate::kv::KeyValue;
 use crate::lease::UsageError;
-use crate::machine::Machine;
 use crate::mirror::{Change, Mirror, MirrorConfig, MirrorConfigError};
 use crate::outbox::{self, Outbox};
 use crate::outcome::{AttemptFailure, Retry};
 use crate::time::Instant;
 
-/// Everything that can happen to an observer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum Input {
-    /// Begin.
-    Start,
-    /// Stop observing; idempotent.
-    Close,
-    /// `poll_timeout()` passed.
-    Timeout,
-    /// A range or watch stream answered.
-    Io(Completion),
-}
-
-impl From<Completion> for Input {
-    fn from(c: Completion) -> Self {
-        Input::Io(c)
-    }
-}
+pub use crate::machine::Input;
 
 /// A leader as an observer sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,22 +105,7 @@ impl Observer {
 
     /// Feeds one input.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        match input {
-            Input::Start => {
-                if !self.mirror.start(now, &mut self.out.ids) {
-                    return Err(if self.mirror.is_closed() {
-                        UsageError::Closed
-                    } else {
-                        UsageError::AlreadyStarted
-                    });
-                }
-            }
-            Input::Close => self.mirror.close(),
-            Input::Timeout => self.mirror.timeout(now, &mut self.out.ids),
-            Input::Io(c) => {
-                let _ = self.mirror.io(now, c, &mut self.out.ids);
-            }
-        }
+        self.mirror.handle(now, input, &mut self.out.ids)?;
         self.translate();
         Ok(())
     }
@@ -206,31 +172,7 @@ impl Observer {
     }
 }
 
-impl Machine for Observer {
-    type Input = Input;
-    type Event = Event;
-    type Error = UsageError;
-
-    fn timeout_input() -> Input {
-        Input::Timeout
-    }
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        Observer::handle(self, now, input)
-    }
-
-    fn poll(&mut self) -> Option<Output> {
-        Observer::poll(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Observer::poll_timeout(self)
-    }
-
-    fn is_closed(&self) -> bool {
-        Observer::is_closed(self)
-    }
-}
+crate::machine::impl_machine!(Observer, Input, Event);
 
 #[cfg(test)]
 #[path = "observer_tests.rs"]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::ids::{LeaseId, OpId};
-use crate::io::{Get, Listing, MessageKind, RangeRequest};
+use crate::io::{Completion, Get, Listing, MessageKind, RangeRequest};
 use crate::kv::WatchEvent;
 use crate::outcome::Outcome;
 

@@ -23,7 +23,6 @@ use crate::election::{
 use crate::ids::{Key, LeaseId, OpId};
 use crate::io::{Command, Completion, Txn};
 use crate::lease::{self, ConfigError, LeaseConfig, LeaseEngine, LeaseState, OnLoss, UsageError};
-use crate::machine::Machine;
 use crate::outbox::{self, slot_of, OpIds, SLOT_SHIFT};
 use crate::time::Instant;
 use crate::StartPolicy;
@@ -333,7 +332,14 @@ impl Session {
         if id.0 == 0 || id.0 <= self.used {
             return Err(UsageError::ElectionIdTaken(id.0));
         }
-        if self.elections.values().any(|c| *c.name() == name) {
+        // A campaign still leaving the name (its key being deleted) makes
+        // the new one wait; a live one on the same key is refused.
+        let live = self
+            .elections
+            .values()
+            .filter(|c| *c.name() == name)
+            .any(|c| !matches!(c.standing(), Standing::Leaving | Standing::Done));
+        if live {
             return Err(UsageError::AlreadyCampaigning(name));
         }
         self.used = id.0;
@@ -343,12 +349,27 @@ impl Session {
             backoff: self.config.backoff.clone(),
             seed: self.config.seed ^ id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         };
-        let mut contender = Contender::new(name, value, mode, config);
-        if let Some(lease) = self.engine.lease() {
-            contender.lease_ready(now, lease, &mut self.ids);
-        }
-        self.elections.insert(id, contender);
+        self.elections
+            .insert(id, Contender::new(name, value, mode, config));
+        self.start_ready(now);
         Ok(())
+    }
+
+    /// Starts every pending campaign that may join: the session holds a
+    /// lease, and no earlier campaign on its name is still leaving (their
+    /// keys are the same).
+    fn start_ready(&mut self, now: Instant) {
+        let Some(lease) = self.engine.lease() else {
+            return;
+        };
+        let mut taken: Vec<Key> = Vec::new();
+        for c in self.elections.values_mut() {
+            if taken.contains(c.name()) {
+                continue;
+            }
+            taken.push(c.name().clone());
+            c.lease_ready(now, lease, &mut self.ids);
+        }
     }
 
     /// Moves the parts' outputs to the session's queue: the engine's first
@@ -361,11 +382,8 @@ impl Session {
                 outbox::Output::Command(c) => self.out.push_back(outbox::Output::Command(c)),
                 outbox::Output::Event(e) => {
                     match &e {
-                        lease::Event::Registered { lease, .. }
-                        | lease::Event::Reregistered { lease, .. } => {
-                            for c in self.elections.values_mut() {
-                                c.lease_ready(now, *lease, &mut self.ids);
-                            }
+                        lease::Event::Registered { .. } | lease::Event::Reregistered { .. } => {
+                            // Started below, once the engine is drained.
                         }
                         lease::Event::Lost { reason, .. } => {
                             for c in self.elections.values_mut() {
@@ -417,6 +435,12 @@ impl Session {
             }
             self.routes.retain(|_, id| !finished.contains(id));
         }
+        // A lease just held, or a name just left: start who may (and move
+        // what that issued).
+        self.start_ready(now);
+        if self.elections.values().any(Contender::has_output) {
+            self.drain(now);
+        }
     }
 }
 
@@ -431,31 +455,7 @@ fn ends_op(c: &Completion) -> bool {
 /// The first op id of the campaigns' slot (for tests and fuzzing).
 pub const CAMPAIGN_OPS: u64 = 1 << SLOT_SHIFT;
 
-impl Machine for Session {
-    type Input = Input;
-    type Event = Event;
-    type Error = UsageError;
-
-    fn timeout_input() -> Input {
-        Input::Timeout
-    }
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        Session::handle(self, now, input)
-    }
-
-    fn poll(&mut self) -> Option<Output> {
-        Session::poll(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Session::poll_timeout(self)
-    }
-
-    fn is_closed(&self) -> bool {
-        Session::is_closed(self)
-    }
-}
+crate::machine::impl_machine!(Session, Input, Event);
 
 #[cfg(test)]
 #[path = "session_tests.rs"]

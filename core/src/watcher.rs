@@ -28,10 +28,9 @@ use std::time::Duration;
 
 use crate::backoff::BackoffConfig;
 use crate::ids::{Key, Revision};
-use crate::io::{Command, Completion};
+use crate::io::Command;
 use crate::kv::KeyValue;
 use crate::lease::UsageError;
-use crate::machine::Machine;
 use crate::mirror::{Change, KeyFilter, Mirror, MirrorConfig};
 use crate::outbox::Outbox;
 use crate::outcome::{AttemptFailure, Retry};
@@ -103,25 +102,7 @@ impl WatcherConfig {
     }
 }
 
-/// Everything that can happen to the machine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum Input {
-    /// Begin.
-    Start,
-    /// Stop watching; idempotent.
-    Close,
-    /// `poll_timeout()` passed.
-    Timeout,
-    /// A range or watch stream answered.
-    Io(Completion),
-}
-
-impl From<Completion> for Input {
-    fn from(c: Completion) -> Self {
-        Input::Io(c)
-    }
-}
+pub use crate::machine::Input;
 
 /// Why a key under the prefix is not reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,23 +232,7 @@ impl Watcher {
 
     /// Feeds one input.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        match input {
-            Input::Start => {
-                if !self.mirror.start(now, &mut self.out.ids) {
-                    return Err(if self.mirror.is_closed() {
-                        UsageError::Closed
-                    } else {
-                        UsageError::AlreadyStarted
-                    });
-                }
-            }
-            Input::Close => self.mirror.close(),
-            Input::Timeout => self.mirror.timeout(now, &mut self.out.ids),
-            Input::Io(c) => {
-                // Anything that is not the mirror's is stale.
-                let _ = self.mirror.io(now, c, &mut self.out.ids);
-            }
-        }
+        self.mirror.handle(now, input, &mut self.out.ids)?;
         self.translate();
         Ok(())
     }
@@ -336,31 +301,7 @@ impl Watcher {
     }
 }
 
-impl Machine for Watcher {
-    type Input = Input;
-    type Event = Event;
-    type Error = UsageError;
-
-    fn timeout_input() -> Input {
-        Input::Timeout
-    }
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        Watcher::handle(self, now, input)
-    }
-
-    fn poll(&mut self) -> Option<Output> {
-        Watcher::poll(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Watcher::poll_timeout(self)
-    }
-
-    fn is_closed(&self) -> bool {
-        Watcher::is_closed(self)
-    }
-}
+crate::machine::impl_machine!(Watcher, Input, Event);
 
 #[cfg(test)]
 #[path = "watcher_tests.rs"]

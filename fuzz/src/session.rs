@@ -225,7 +225,11 @@ impl Harness {
                     value: b"me".to_vec(),
                     mode: if try_once { Mode::Try } else { Mode::Wait },
                 };
-                let busy = self.campaigns.values().any(|k| *k == name(n));
+                // Only a live campaign on the name refuses a new one; one
+                // still leaving makes it wait.
+                let busy = self.campaigns.iter().any(|(id, k)| {
+                    *k == name(n) && !self.ended.contains(id) && !self.leaving.contains(id)
+                });
                 let r = m.handle(now, input);
                 // Refused exactly when closed or the name is busy.
                 if r.is_ok() {

@@ -79,7 +79,7 @@ mod campaign {
 
     fn parse() -> Result<Args, String> {
         let mut a = Args {
-            seeds: 6000,
+            seeds: 2000,
             start: 1,
             replay: None,
             shape: Shape::default(),

@@ -260,18 +260,27 @@ fn the_real_client_passes_the_seeds_the_broken_ones_fail() {
     }
 }
 
-/// Drops delete events from watch streams (as a buggy filter might): the
-/// watchers never learn hosts went down.
+/// Drops from watch streams the delete events whose key `.0` selects (as a
+/// buggy filter might): whoever watches never learns those keys went.
 #[derive(Clone)]
-struct DropDeletes;
+struct DeletesDropped(fn(&coord::Key) -> bool);
 #[derive(Clone)]
-struct DropDeletesApi(SimEtcd);
-struct NoDeletes(SimWatchEvents);
+struct DeletesDroppedApi(SimEtcd, fn(&coord::Key) -> bool);
+struct NoDeletes(SimWatchEvents, fn(&coord::Key) -> bool);
 
-impl Wrap for DropDeletes {
-    type Api = DropDeletesApi;
-    fn wrap(&self, etcd: SimEtcd) -> DropDeletesApi {
-        DropDeletesApi(etcd)
+/// Every delete: host watchers never see a host go down.
+const ALL_DELETES: DeletesDropped = DeletesDropped(|_| true);
+
+/// The election and lock queues' deletes: waiters and leaders never learn
+/// their key was deleted, waiters never see predecessors go, observers
+/// keep leaders that left.
+const QUEUE_DELETES: DeletesDropped =
+    DeletesDropped(|key| !key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes()));
+
+impl Wrap for DeletesDropped {
+    type Api = DeletesDroppedApi;
+    fn wrap(&self, etcd: SimEtcd) -> DeletesDroppedApi {
+        DeletesDroppedApi(etcd, self.0)
     }
 }
 
@@ -279,20 +288,23 @@ impl coord::WatchEvents for NoDeletes {
     async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
         let mut m = self.0.next().await?;
         if let Ok(msg) = &mut m {
-            msg.events
-                .retain(|e| !matches!(e, coord_core::kv::WatchEvent::Delete { .. }));
+            let drop = self.1;
+            msg.events.retain(|e| match e {
+                coord_core::kv::WatchEvent::Delete { key, .. } => !drop(key),
+                coord_core::kv::WatchEvent::Put { .. } => true,
+            });
         }
         Some(m)
     }
 }
 
-impl Inner for DropDeletesApi {
+impl Inner for DeletesDroppedApi {
     fn inner(&self) -> &SimEtcd {
         &self.0
     }
 }
 
-impl EtcdApi for DropDeletesApi {
+impl EtcdApi for DeletesDroppedApi {
     type Keeper = SimKeeper;
     type Replies = SimReplies;
     type WatchControl = SimWatchControl;
@@ -307,13 +319,13 @@ impl EtcdApi for DropDeletesApi {
         start: Revision,
     ) -> Result<(SimWatchControl, NoDeletes), EtcdError> {
         let (c, e) = self.0.watch(key, prefix, start).await?;
-        Ok((c, NoDeletes(e)))
+        Ok((c, NoDeletes(e, self.1)))
     }
 }
 
 #[test]
 fn a_watch_that_drops_deletes_is_caught_as_an_incomplete_watcher() {
-    let seed = first_catch(DropDeletes, Invariant::WatcherComplete, 5);
+    let seed = first_catch(ALL_DELETES, Invariant::WatcherComplete, 5);
     assert!(
         seed.is_some(),
         "the checker missed watchers that never saw a Down"
@@ -419,66 +431,10 @@ fn a_try_that_falls_through_to_a_campaign_is_caught() {
     );
 }
 
-/// Drops delete events of election and lock queues (not of the hosts'
-/// prefix): waiters and leaders never learn their key was deleted, and
-/// waiters never see their predecessors go.
-#[derive(Clone)]
-struct QueueDeletesDropped;
-#[derive(Clone)]
-struct QueueDeletesDroppedApi(SimEtcd);
-struct NoQueueDeletes(SimWatchEvents);
-
-impl Wrap for QueueDeletesDropped {
-    type Api = QueueDeletesDroppedApi;
-    fn wrap(&self, etcd: SimEtcd) -> QueueDeletesDroppedApi {
-        QueueDeletesDroppedApi(etcd)
-    }
-}
-
-impl coord::WatchEvents for NoQueueDeletes {
-    async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
-        let mut m = self.0.next().await?;
-        if let Ok(msg) = &mut m {
-            msg.events.retain(|e| match e {
-                coord_core::kv::WatchEvent::Delete { key, .. } => {
-                    key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes())
-                }
-                coord_core::kv::WatchEvent::Put { .. } => true,
-            });
-        }
-        Some(m)
-    }
-}
-
-impl Inner for QueueDeletesDroppedApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
-    }
-}
-
-impl EtcdApi for QueueDeletesDroppedApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = NoQueueDeletes;
-    delegate!(unary);
-    delegate!(revoke);
-    delegate!(keep_alive);
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, NoQueueDeletes), EtcdError> {
-        let (c, e) = self.0.watch(key, prefix, start).await?;
-        Ok((c, NoQueueDeletes(e)))
-    }
-}
-
 #[test]
 fn candidates_that_never_see_deletes_are_caught() {
     let seed = first_catch_any(
-        QueueDeletesDropped,
+        QUEUE_DELETES,
         &[
             Invariant::BeliefEnds,
             Invariant::NoZombie,
@@ -506,7 +462,7 @@ fn a_session_that_keeps_a_dead_lease_is_caught() {
 #[test]
 fn an_observer_blind_to_deletes_is_caught() {
     let seed = first_catch_any(
-        QueueDeletesDropped,
+        QUEUE_DELETES,
         &[Invariant::ObserverSound, Invariant::ObserverConverges],
         10,
     );

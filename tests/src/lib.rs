@@ -10,6 +10,7 @@
 pub mod etcd;
 pub mod etcdctl;
 pub mod proxy;
+pub mod queue;
 
 use std::future::Future;
 use std::time::Duration;

@@ -4,58 +4,21 @@
 
 use std::time::Duration;
 
-use coord::{
-    BackoffConfig, Election, ElectionPool, Error, Loss, Session, SessionOptions, Txn, TxnOp,
-};
+use coord::{Election, ElectionPool, Error, Loss, Session, Txn, TxnOp};
 use coord_tests::etcd::EtcdCluster;
+use coord_tests::queue::{queue, session_opts, SOON};
 use coord_tests::{eventually, init_tracing};
-use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
-
-/// Short TTL, 1 s request deadline, backoff capped at 2 s, fixed seed.
-fn opts(ttl_secs: u64) -> SessionOptions {
-    SessionOptions {
-        ttl: Duration::from_secs(ttl_secs),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(11),
-        ..SessionOptions::default()
-    }
-}
-
-/// Generous bound for anything that should take a round trip or two, on a
-/// loaded 2-core machine.
-const SOON: Duration = Duration::from_secs(10);
-
-/// The keys under `prefix`, oldest create revision first.
-async fn queue(client: &Client, prefix: &str) -> Vec<(String, i64, i64)> {
-    let opts = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let resp = client.clone().get(prefix, Some(opts)).await.expect("get");
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                kv.create_revision(),
-                kv.lease(),
-            )
-        })
-        .collect()
-}
+use etcd_client::GetOptions;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_candidates_one_leads_the_other_waits_and_resign_hands_over() {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let a = Election::new(client.clone(), "/coord/elections/e1", opts(5))
+    let a = Election::new(client.clone(), "/coord/elections/e1", session_opts(5))
         .await
         .unwrap();
-    let b = Election::new(client.clone(), "/coord/elections/e1", opts(5))
+    let b = Election::new(client.clone(), "/coord/elections/e1", session_opts(5))
         .await
         .unwrap();
     let leader = a.campaign("a").await.unwrap();
@@ -78,7 +41,7 @@ async fn two_candidates_one_leads_the_other_waits_and_resign_hands_over() {
         (q.len() == 2).then_some(q)
     })
     .await;
-    assert_eq!(q[0].0, key_a);
+    assert_eq!(q[0].key, key_a);
     assert!(!waiting.is_finished(), "b must wait while a leads");
     let current = a.leader().await.unwrap().expect("a leader");
     assert_eq!(current.key.to_string(), key_a);
@@ -100,10 +63,10 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let a = Election::new(client.clone(), "e-try", opts(5))
+    let a = Election::new(client.clone(), "e-try", session_opts(5))
         .await
         .unwrap();
-    let b = Election::new(client.clone(), "e-try", opts(5))
+    let b = Election::new(client.clone(), "e-try", session_opts(5))
         .await
         .unwrap();
     let leader = a
@@ -114,9 +77,9 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
     assert!(b.try_campaign("b").await.unwrap().is_none());
     let q = queue(&client, "e-try/").await;
     assert_eq!(q.len(), 1, "the loser left no key: {q:?}");
-    assert_eq!(q[0].0, leader.key());
+    assert_eq!(q[0].key, leader.key());
     // A waiting candidate also makes a try lose, and stays untouched.
-    let c = Election::new(client.clone(), "e-try", opts(5))
+    let c = Election::new(client.clone(), "e-try", session_opts(5))
         .await
         .unwrap();
     let waiting = tokio::spawn(async move { c.campaign("c").await.map(|l| l.fence()) });
@@ -131,7 +94,7 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
         .unwrap()
         .unwrap();
     assert!(b.try_campaign("b").await.unwrap().is_none(), "c leads now");
-    assert_eq!(queue(&client, "e-try/").await[0].1, fence_c.0);
+    assert_eq!(queue(&client, "e-try/").await[0].create_revision, fence_c.0);
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -141,10 +104,10 @@ async fn a_cancelled_campaign_leaves_no_key() {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let a = Election::new(client.clone(), "e-cancel", opts(5))
+    let a = Election::new(client.clone(), "e-cancel", session_opts(5))
         .await
         .unwrap();
-    let b = Election::new(client.clone(), "e-cancel", opts(5))
+    let b = Election::new(client.clone(), "e-cancel", session_opts(5))
         .await
         .unwrap();
     let _leader = a.campaign("a").await.unwrap();
@@ -183,10 +146,10 @@ async fn observe_sees_every_transition_including_no_leader() {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let a = Election::new(client.clone(), "e-obs", opts(5))
+    let a = Election::new(client.clone(), "e-obs", session_opts(5))
         .await
         .unwrap();
-    let b = Election::new(client.clone(), "e-obs", opts(5))
+    let b = Election::new(client.clone(), "e-obs", session_opts(5))
         .await
         .unwrap();
     let mut observe = a.observe();
@@ -236,7 +199,7 @@ async fn a_leader_whose_key_is_deleted_or_lease_revoked_learns_it_and_is_fenced(
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let e = Election::new(client.clone(), "e-lost", opts(5))
+    let e = Election::new(client.clone(), "e-lost", session_opts(5))
         .await
         .unwrap();
     let leader = e.campaign("a").await.unwrap();
@@ -293,7 +256,7 @@ async fn bad_names_and_values_are_refused_before_anything_is_written() {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let session = Session::new(client.clone(), opts(5)).await.unwrap();
+    let session = Session::new(client.clone(), session_opts(5)).await.unwrap();
     for name in ["", "e/", "a\u{1}b"] {
         assert!(
             matches!(Election::on(&session, name), Err(Error::InvalidName { .. })),
@@ -331,7 +294,9 @@ async fn a_pool_of_a_thousand_names_holds_one_lease_and_close_removes_every_key(
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
-    let pool = ElectionPool::new(client.clone(), opts(10)).await.unwrap();
+    let pool = ElectionPool::new(client.clone(), session_opts(10))
+        .await
+        .unwrap();
     let mut held = Vec::new();
     for i in 0..1000 {
         let e = pool.election(&format!("pool/n{i}")).unwrap();

@@ -8,52 +8,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use coord::{BackoffConfig, Election, Mutex, SessionOptions};
+use coord::{Election, Mutex};
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::etcdctl::Peer;
-use coord_tests::{eventually, init_tracing};
-use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
+use coord_tests::init_tracing;
+use coord_tests::queue::{queue, queued, session_opts, SOON};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-fn opts(ttl_secs: u64) -> SessionOptions {
-    SessionOptions {
-        ttl: Duration::from_secs(ttl_secs),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(5),
-        ..SessionOptions::default()
-    }
-}
-
-const SOON: Duration = Duration::from_secs(10);
-
-/// The keys under `prefix` (key, create revision), oldest first.
-async fn queue(client: &Client, prefix: &str) -> Vec<(String, i64)> {
-    let opts = GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend);
-    let resp = client.clone().get(prefix, Some(opts)).await.expect("get");
-    resp.kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                kv.create_revision(),
-            )
-        })
-        .collect()
-}
-
-async fn queued(client: &Client, prefix: &str, n: usize) -> Vec<(String, i64)> {
-    eventually(SOON, "the queue to fill", || async {
-        let q = queue(client, prefix).await;
-        (q.len() == n).then_some(q)
-    })
-    .await
-}
 
 /// A coord candidate in a process of its own (so it can be killed -9).
 struct Agent {
@@ -103,7 +63,7 @@ async fn etcdctl_elect_queues_behind_coord_and_coord_behind_etcdctl() {
     let etcd = EtcdCluster::single().await;
     let client = etcd.client().await;
     let endpoints = etcd.endpoints();
-    let e = Election::new(client.clone(), "shared-e", opts(5))
+    let e = Election::new(client.clone(), "shared-e", session_opts(5))
         .await
         .unwrap();
 
@@ -111,13 +71,13 @@ async fn etcdctl_elect_queues_behind_coord_and_coord_behind_etcdctl() {
     let leader = e.campaign("coord").await.unwrap();
     let mut go = Peer::elect(&endpoints, "shared-e", "go");
     let q = queued(&client, "shared-e/", 2).await;
-    assert_eq!(q[0].0, leader.key());
+    assert_eq!(q[0].key, leader.key());
     assert_eq!(go.printed(), None, "etcdctl must not lead while coord does");
     assert!(leader.is_leader());
     leader.resign().await.unwrap();
     let go_key = go.line(SOON).await;
     assert_eq!(go.line(SOON).await, "go");
-    assert_eq!(queue(&client, "shared-e/").await[0].0, go_key);
+    assert_eq!(queue(&client, "shared-e/").await[0].key, go_key);
     let seen = e.leader().await.unwrap().expect("etcdctl leads");
     assert_eq!(
         (seen.key.to_string(), seen.value),
@@ -126,7 +86,7 @@ async fn etcdctl_elect_queues_behind_coord_and_coord_behind_etcdctl() {
 
     // etcdctl first, coord waits behind it.
     let waiting = {
-        let e = Election::new(client.clone(), "shared-e", opts(5))
+        let e = Election::new(client.clone(), "shared-e", session_opts(5))
             .await
             .unwrap();
         tokio::spawn(async move {
@@ -143,7 +103,7 @@ async fn etcdctl_elect_queues_behind_coord_and_coord_behind_etcdctl() {
     let (e2, second) = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap();
     let second = second.unwrap();
     assert!(second.is_leader());
-    let go_rev = queue(&client, "shared-e/").await[0].1;
+    let go_rev = queue(&client, "shared-e/").await[0].create_revision;
     assert_eq!(second.fence().0, go_rev);
     second.resign().await.unwrap();
     e.close().await.unwrap();
@@ -175,7 +135,7 @@ async fn a_coord_leader_killed_with_minus_9_hands_over_to_etcdctl_and_to_coord()
     let mut agent = Agent::start(&["elect", &ep, "kill-e", "agent", "2"]);
     let (_, dead_fence) = agent.held().await;
     assert!(dead_fence > agent_fence);
-    let e = Election::new(client.clone(), "kill-e", opts(5))
+    let e = Election::new(client.clone(), "kill-e", session_opts(5))
         .await
         .unwrap();
     let waiting = tokio::spawn(async move {
@@ -198,7 +158,7 @@ async fn etcdctl_lock_and_coord_mutex_exclude_each_other_in_both_orders() {
     let client = etcd.client().await;
     let endpoints = etcd.endpoints();
     let ep = endpoints[0].clone();
-    let m = Mutex::new(client.clone(), "shared-l", opts(5))
+    let m = Mutex::new(client.clone(), "shared-l", session_opts(5))
         .await
         .unwrap();
 
@@ -215,13 +175,16 @@ async fn etcdctl_lock_and_coord_mutex_exclude_each_other_in_both_orders() {
     guard.unlock().await.unwrap();
     let go_key = go.line(SOON).await;
     let q = queue(&client, "shared-l/").await;
-    assert_eq!(q[0].0, go_key);
-    assert!(q[0].1 > coord_fence.0, "create revisions order the holders");
+    assert_eq!(q[0].key, go_key);
+    assert!(
+        q[0].create_revision > coord_fence.0,
+        "create revisions order the holders"
+    );
 
     // etcdctl holds, coord waits; etcdctl is killed -9: coord gets the
     // lock once its lease (TTL 2) expires.
     let waiting = {
-        let m = Mutex::new(client.clone(), "shared-l", opts(5))
+        let m = Mutex::new(client.clone(), "shared-l", session_opts(5))
             .await
             .unwrap();
         tokio::spawn(async move {
@@ -238,7 +201,7 @@ async fn etcdctl_lock_and_coord_mutex_exclude_each_other_in_both_orders() {
     go.kill9().await;
     let (m2, guard) = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap();
     let guard = guard.unwrap();
-    assert!(guard.fence().0 > q[0].1);
+    assert!(guard.fence().0 > q[0].create_revision);
     guard.unlock().await.unwrap();
 
     // A coord holder in its own process killed -9: etcdctl gets the lock.
@@ -260,10 +223,10 @@ async fn an_etcd_leader_killed_under_a_coord_leader_never_makes_two_leaders() {
     init_tracing();
     let mut etcd = EtcdCluster::three().await;
     let client = etcd.client().await;
-    let a = Election::new(client.clone(), "three-e", opts(5))
+    let a = Election::new(client.clone(), "three-e", session_opts(5))
         .await
         .unwrap();
-    let b = Election::new(etcd.client().await, "three-e", opts(5))
+    let b = Election::new(etcd.client().await, "three-e", session_opts(5))
         .await
         .unwrap();
     let leader = a.campaign("a").await.unwrap();
@@ -285,7 +248,7 @@ async fn an_etcd_leader_killed_under_a_coord_leader_never_makes_two_leaders() {
             assert!(!leader.is_leader(), "two leaders");
             let q = queue(&client, "three-e/").await;
             assert!(
-                q.iter().all(|(k, _)| *k != key_a),
+                q.iter().all(|e| e.key != key_a),
                 "a's key outlived b's election"
             );
             break;
@@ -302,7 +265,7 @@ async fn an_etcd_leader_killed_under_a_coord_leader_never_makes_two_leaders() {
         // Leadership kept through the etcd leader change: still leading,
         // b still queued behind.
         assert!(leader.is_leader());
-        assert_eq!(queue(&client, "three-e/").await[0].0, key_a);
+        assert_eq!(queue(&client, "three-e/").await[0].key, key_a);
         leader.resign().await.unwrap();
         let (b, l) = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap();
         l.unwrap().resign().await.unwrap();

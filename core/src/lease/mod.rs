@@ -48,7 +48,6 @@ use std::time::Duration;
 
 use crate::backoff::{BackoffConfig, BackoffConfigError};
 use crate::ids::{Key, LeaseId};
-use crate::io::Completion;
 use crate::outcome::{AttemptFailure, Failure, Retry};
 use crate::StartPolicy;
 
@@ -213,26 +212,7 @@ pub enum UsageError {
     NotLeader,
 }
 
-/// Everything that can happen to a lease engine (and to the machines that
-/// are one: liveness).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum Input {
-    /// Begin registering.
-    Start,
-    /// Close: revoke and become inert. Idempotent.
-    Close,
-    /// `poll_timeout()` has passed.
-    Timeout,
-    /// A request or stream the engine started answered.
-    Io(Completion),
-}
-
-impl From<Completion> for Input {
-    fn from(c: Completion) -> Self {
-        Input::Io(c)
-    }
-}
+pub use crate::machine::Input;
 
 /// Why a held lease was declared lost.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
