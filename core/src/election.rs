@@ -558,21 +558,9 @@ impl Contender {
                 self.retry_join(now, lease, AttemptFailure::Timeout);
             }
             State::Rejoin { next_at, lease } if now >= next_at => self.join(now, lease, ids),
-            State::Queued {
-                lease,
-                token,
-                mut mirror,
-            } => {
-                mirror.timeout(now, ids);
-                self.after_mirror(now, lease, token, mirror, false);
-            }
-            State::Leading {
-                lease,
-                token,
-                mut mirror,
-            } => {
-                mirror.timeout(now, ids);
-                self.after_mirror(now, lease, token, mirror, true);
+            queued @ (State::Queued { .. } | State::Leading { .. }) => {
+                self.state = queued;
+                self.feed_mirror(now, |m| m.timeout(now, ids));
             }
             State::Leaving {
                 leave,
@@ -618,26 +606,10 @@ impl Contender {
             }
             return self.on_txn(now, op, outcome, ids);
         }
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::Queued {
-                lease,
-                token,
-                mut mirror,
-            } => {
-                // Anything that is not the mirror's is stale.
-                let _ = mirror.io(now, c, ids);
-                self.after_mirror(now, lease, token, mirror, false);
-            }
-            State::Leading {
-                lease,
-                token,
-                mut mirror,
-            } => {
-                let _ = mirror.io(now, c, ids);
-                self.after_mirror(now, lease, token, mirror, true);
-            }
-            other => self.state = other,
-        }
+        // Anything that is not the mirror's is stale.
+        self.feed_mirror(now, |m| {
+            let _ = m.io(now, c, ids);
+        });
     }
 
     fn on_txn(&mut self, now: Instant, op: OpId, outcome: Outcome<TxnResponse>, ids: &mut OpIds) {
@@ -758,6 +730,30 @@ impl Contender {
             self.send_request(now, 0, Asked::Refresh, txn, ids);
         }
         self.after_mirror(now, lease, token, mirror, false);
+    }
+
+    /// Lets a queued or leading campaign's mirror take an input, then
+    /// looks at what it saw.
+    fn feed_mirror(&mut self, now: Instant, feed: impl FnOnce(&mut Mirror)) {
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::Queued {
+                lease,
+                token,
+                mut mirror,
+            } => {
+                feed(&mut mirror);
+                self.after_mirror(now, lease, token, mirror, false);
+            }
+            State::Leading {
+                lease,
+                token,
+                mut mirror,
+            } => {
+                feed(&mut mirror);
+                self.after_mirror(now, lease, token, mirror, true);
+            }
+            other => self.state = other,
+        }
     }
 
     fn mirror_config(&self) -> MirrorConfig {

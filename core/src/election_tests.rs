@@ -612,41 +612,7 @@ fn a_campaign_still_joining_when_the_lease_is_lost_joins_again_with_the_next_lea
     assert!(election_events(&out, 1).is_empty(), "not lost: {out:?}");
     assert!(commands(&out).contains(&Command::Abandon { op }));
     assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
-    let at = s.poll_timeout().unwrap();
-    s.handle(at, Input::Timeout).unwrap();
-    let grant = commands(&drain(&mut s))
-        .into_iter()
-        .find_map(|c| match c {
-            Command::Grant { op, .. } => Some(op),
-            _ => None,
-        })
-        .expect("a new grant");
-    io(
-        &mut s,
-        at.as_millis() + 1,
-        Completion::Granted {
-            op: grant,
-            outcome: Outcome::Ok(Granted {
-                lease: LEASE2,
-                ttl_secs: 9,
-            }),
-        },
-    );
-    let open = commands(&drain(&mut s))
-        .into_iter()
-        .find_map(|c| match c {
-            Command::OpenKeepAlive { op, .. } => Some(op),
-            _ => None,
-        })
-        .expect("a keep-alive");
-    io(
-        &mut s,
-        at.as_millis() + 2,
-        Completion::KeepAliveReply {
-            stream: open,
-            ttl_secs: 9,
-        },
-    );
+    reregister(&mut s, LEASE2);
     let (_, txn) = the_txn(&drain(&mut s));
     assert_eq!(
         txn.compares,

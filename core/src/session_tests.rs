@@ -119,6 +119,42 @@ fn session() -> Session {
     s
 }
 
+/// After a loss, lets the session grant `lease` and confirm it.
+fn reregister(s: &mut Session, lease: LeaseId) {
+    let at = s.poll_timeout().unwrap();
+    s.handle(at, Input::Timeout).unwrap();
+    let grant = commands(&drain(s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Grant { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a new grant");
+    io(
+        s,
+        at.as_millis() + 1,
+        Completion::Granted {
+            op: grant,
+            outcome: Outcome::Ok(Granted { lease, ttl_secs: 9 }),
+        },
+    );
+    let open = commands(&drain(s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::OpenKeepAlive { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("a keep-alive");
+    io(
+        s,
+        at.as_millis() + 2,
+        Completion::KeepAliveReply {
+            stream: open,
+            ttl_secs: 9,
+        },
+    );
+}
+
 fn campaign(s: &mut Session, now: u64, id: u64, mode: Mode) -> Vec<Output> {
     s.handle(
         t(now),
@@ -228,41 +264,7 @@ fn a_lost_lease_ends_every_campaign_and_later_ones_use_the_new_lease() {
         "no dead lease is handed out: {out:?}"
     );
     assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
-    let at = s.poll_timeout().unwrap();
-    s.handle(at, Input::Timeout).unwrap();
-    let grant = commands(&drain(&mut s))
-        .into_iter()
-        .find_map(|c| match c {
-            Command::Grant { op, .. } => Some(op),
-            _ => None,
-        })
-        .expect("a new grant");
-    io(
-        &mut s,
-        at.as_millis() + 1,
-        Completion::Granted {
-            op: grant,
-            outcome: Outcome::Ok(Granted {
-                lease: LEASE2,
-                ttl_secs: 9,
-            }),
-        },
-    );
-    let open = commands(&drain(&mut s))
-        .into_iter()
-        .find_map(|c| match c {
-            Command::OpenKeepAlive { op, .. } => Some(op),
-            _ => None,
-        })
-        .expect("a keep-alive");
-    io(
-        &mut s,
-        at.as_millis() + 2,
-        Completion::KeepAliveReply {
-            stream: open,
-            ttl_secs: 9,
-        },
-    );
+    reregister(&mut s, LEASE2);
     // ...and joins with it.
     let (_, txn) = the_txn(&drain(&mut s));
     assert_eq!(
