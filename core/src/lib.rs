@@ -23,11 +23,22 @@
 //! which makes stale replies after a heal or a timeout harmless.
 //!
 //! ## Machines
-//! - [`liveness::Liveness`]: a host's TTL-lease registration, kept alive
-//!   and healed.
+//! - [`lease::LeaseEngine`]: one lease granted, kept alive with its own
+//!   deadline, healed, revoked until confirmed; the part every
+//!   lease-holding machine is built on.
+//! - [`liveness::Liveness`]: a host's registration, a lease with the host's
+//!   key attached.
+//! - [`session::Session`]: a lease shared by campaigns (elections, locks,
+//!   a pool), each an [`election`] part, routed by op.
+//! - [`mirror::Mirror`]: the one list-and-watch of a prefix, the part the
+//!   watcher, campaigns and the observer share.
 //! - [`watcher::Watcher`]: a view of the hosts under a prefix that
 //!   converges to etcd's truth, and the events that explain it.
+//! - [`observer::Observer`]: every change of an election's leader.
 //! - [`backoff::Backoff`]: retry pacing shared by every machine.
+//!
+//! Every machine takes the commands and completions of [`io`] and
+//! implements [`Machine`], so one driver loop runs them all.
 
 #![forbid(unsafe_code)]
 

@@ -4,8 +4,11 @@
 //! library go-coord: a host's JSON metadata lives at
 //! `<prefix><host id>` (default prefix `/coord/hosts/`) under a lease that
 //! a background task keeps alive and heals when it is lost
-//! ([`HostLiveness`]); and a watcher of those hosts whose view converges to
-//! etcd's truth through compactions and broken streams ([`HostWatcher`]).
+//! ([`HostLiveness`]); a watcher of those hosts whose view converges to
+//! etcd's truth through compactions and broken streams ([`HostWatcher`]);
+//! and leader election, election pools and locks with fencing tokens,
+//! key-compatible with etcd's Go `concurrency` package ([`Election`],
+//! [`ElectionPool`], [`Mutex`], on a [`Session`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), coord::Error> {
@@ -14,6 +17,16 @@
 //! let host = coord::HostLiveness::register(client, meta, coord::LivenessOptions::default()).await?;
 //! println!("registered at {} under lease {:?}", host.key(), host.lease_id());
 //! host.stop().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```no_run
+//! # async fn demo(client: etcd_client::Client) -> Result<(), coord::Error> {
+//! let election = coord::Election::new(client, "/coord/elections/scheduler", Default::default()).await?;
+//! let leader = election.campaign("node-7").await?;
+//! println!("leading with fence {:?}", leader.fence());
+//! let loss = leader.lost().await; // the key deleted, the lease lost, ...
+//! println!("lost: {loss:?}");
 //! # Ok(()) }
 //! ```
 //!
