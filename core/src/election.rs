@@ -796,7 +796,14 @@ impl Contender {
             self.state = State::Done;
             return;
         }
-        let first = !mirror.view().values().any(|kv| kv.create_revision < token);
+        // Leadership is sticky: once every older key was seen deleted, only
+        // the loss of our own key ends it. A key older than ours cannot
+        // appear later from etcd (create revisions only grow); if one shows
+        // up anyway (a broken proxy, a hand-written event), demoting the
+        // leader without telling it would leave the caller believing it
+        // leads, so such a key is ignored while leading.
+        let older = mirror.view().values().any(|kv| kv.create_revision < token);
+        let first = leading || !older;
         if first && !leading {
             self.event(ElectionEvent::Elected {
                 key,

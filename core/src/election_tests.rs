@@ -507,6 +507,52 @@ fn a_predecessor_found_recreated_by_a_relist_no_longer_blocks_the_queue() {
 }
 
 #[test]
+fn a_leader_is_not_silently_demoted_by_a_key_older_than_its_own() {
+    // Found by libFuzzer (fuzz/seeds/session/regression-leader-demoted-by-
+    // older-key): a watch showed a key whose create revision was below the
+    // leader's token. etcd cannot do that (create revisions only grow), but
+    // the machine flipped Leading to Queued without an event, so its caller
+    // went on believing it led while `standing` said it did not. Leadership
+    // now ends only with the leader's own key.
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let (stream, _) = the_watch(&drain(&mut s));
+    let leading = Standing::Leading {
+        key: key_of(LEASE),
+        token: FencingToken(20),
+    };
+    assert_eq!(s.standing(ElectionId(1)), leading);
+    let older = KeyValue {
+        mod_revision: Revision(25),
+        ..kv(LeaseId(0x10), "impossible", 7)
+    };
+    io(
+        &mut s,
+        12,
+        Completion::WatchMessage {
+            stream,
+            kind: crate::io::MessageKind::Events,
+            events: vec![WatchEvent::Put {
+                kv: older,
+                prev: None,
+            }],
+            revision: Revision(25),
+        },
+    );
+    assert!(election_events(&drain(&mut s), 1).is_empty());
+    assert_eq!(s.standing(ElectionId(1)), leading, "still leading");
+    // Its own key going still ends it, once.
+    io(&mut s, 13, deleted(stream, kv(LEASE, "me", 20), 26));
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::KeyDeleted
+        }]
+    );
+}
+
+#[test]
 fn a_losing_try_that_finds_a_stale_key_of_its_own_ends_once_and_cleans_up_quietly() {
     // Found by the session fuzz smoke: the campaign said NotElected, then
     // Left once its cleanup finished: two endings for one campaign.
