@@ -429,7 +429,22 @@ impl Harness {
         while let Some(out) = m.poll() {
             match out {
                 Output::Command(c) => self.command(c),
-                Output::Event(e) => self.event(m, e),
+                Output::Event(e) => self.event(e),
+            }
+        }
+        // A campaign over is forgotten once it owes nothing, judged after
+        // the whole drain: one input can end a campaign (through its
+        // session) after the campaign queued events of its own, which come
+        // out behind the session's.
+        let over: Vec<ElectionId> = self
+            .campaigns
+            .keys()
+            .copied()
+            .filter(|id| self.ended.contains(id) && m.standing(*id) == Standing::Done)
+            .collect();
+        for id in over {
+            if !self.asked.values().any(|a| *a == id) {
+                self.campaigns.remove(&id);
             }
         }
         if self.lease_closed && m.elections() == 0 {
@@ -480,7 +495,7 @@ impl Harness {
         self.ops.push((c.op(), kind));
     }
 
-    fn event(&mut self, m: &Session, e: Event) {
+    fn event(&mut self, e: Event) {
         assert!(!self.closed, "nothing after Closed: {e:?}");
         match e {
             Event::Lease(LeaseEvent::Closed { .. }) => {
@@ -516,18 +531,6 @@ impl Harness {
                     }
                     ElectionEvent::Retrying(r) => assert!(r.attempt > 0),
                 }
-            }
-        }
-        // A campaign over is forgotten once it owes nothing.
-        let over: Vec<ElectionId> = self
-            .campaigns
-            .keys()
-            .copied()
-            .filter(|id| self.ended.contains(id) && m.standing(*id) == Standing::Done)
-            .collect();
-        for id in over {
-            if !self.asked.values().any(|a| *a == id) {
-                self.campaigns.remove(&id);
             }
         }
     }
