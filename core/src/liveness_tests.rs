@@ -604,24 +604,86 @@ fn retry_policy_revokes_partial_lease_and_backs_off() {
 }
 
 #[test]
-fn request_deadline_abandons_and_counts_as_unknown() {
+fn request_deadline_counts_as_unknown_and_a_late_grant_is_revoked() {
+    // Found by the simulator (seed 1033439, generator V4): a process paused
+    // across its grant's deadline; the lease was granted, its answer was
+    // read only after the timeout, and the engine ignored it, so the lease
+    // lived on for its TTL (longer across an etcd leader change) next to
+    // the one the heal granted. A late grant's lease is now revoked.
     let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
     m.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut m);
     assert_eq!(m.poll_timeout(), Some(t(2000)));
     m.handle(t(2000), Input::Timeout).unwrap();
     let out = drain(&mut m);
-    assert_eq!(out[0], cmd(Command::Abandon { op: OpId(1) }));
+    assert_eq!(out.len(), 1, "{out:?}");
     assert!(matches!(
-        out[1],
+        out[0],
         Output::Event(Event::Retrying(Retry {
             failure: Some(AttemptFailure::Timeout),
             ..
         }))
     ));
-    // The late grant is stale: ignored (it expires on its own at its TTL).
+    // The late grant is nobody's lease: revoked until etcd confirms.
     ok(&mut m, 2001, 1, granted(LEASE));
+    let out = drain(&mut m);
+    assert_eq!(
+        out,
+        vec![cmd(Command::Revoke {
+            op: OpId(2),
+            lease: LEASE
+        })]
+    );
+    m.handle(
+        t(2002),
+        completed(OpId(2), Outcome::Err(Failure::Unavailable("x".into()))),
+    )
+    .unwrap();
     assert!(drain(&mut m).is_empty());
+    // Retried after the pause, still under the same lease.
+    let retry_at = 2002 + u64::try_from(crate::lease::RETRY.as_millis()).unwrap();
+    m.handle(t(retry_at), Input::Timeout).unwrap();
+    let out = drain(&mut m);
+    assert!(
+        out.contains(&cmd(Command::Revoke {
+            op: OpId(3),
+            lease: LEASE
+        })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_timed_out_grant_never_answered_is_abandoned_after_a_ttl() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    m.handle(t(2000), Input::Timeout).unwrap();
+    let _ = drain(&mut m);
+    // Every later deadline up to a TTL past the timeout leaves it alone.
+    let mut now = 2000;
+    let give_up = 2000 + 9000;
+    let mut abandoned = None;
+    for _ in 0..1000 {
+        let Some(next) = m.poll_timeout() else { break };
+        now = next.as_millis().max(now);
+        m.handle(t(now), Input::Timeout).unwrap();
+        let out = drain(&mut m);
+        if out.contains(&cmd(Command::Abandon { op: OpId(1) })) {
+            abandoned = Some(now);
+            break;
+        }
+        // Keep later grants unanswered too.
+        if now > give_up {
+            break;
+        }
+    }
+    assert_eq!(abandoned, Some(give_up));
+    // An answer after that is stale.
+    ok(&mut m, give_up + 1, 1, granted(LEASE));
+    assert!(drain(&mut m)
+        .iter()
+        .all(|o| !matches!(o, Output::Command(Command::Revoke { .. }))));
 }
 
 #[test]

@@ -203,6 +203,14 @@ const PINNED_V4: &[(u64, u64, &str)] = &[
     // A sample fell between a resign and its successor's election (checker:
     // judge leaderless stretches, not how long a candidate waited).
     (2, 0x3c6b03dbab7a1890, "a handover between two samples"),
+    // A contender paused across its grant's deadline: the lease was
+    // granted, the answer read after the timeout and ignored, and the lease
+    // lived on next to the healed one (core bug: revoke a late grant).
+    (
+        1033439,
+        0xac2068a55a494b6f,
+        "a late grant's lease left to live",
+    ),
 ];
 
 #[test]

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::closing::Closing;
+use super::late_grants::LateGrants;
 use super::link::{Link, Stream};
 use super::revokes::Revokes;
 use super::{
@@ -92,6 +93,9 @@ pub struct LeaseEngine {
     /// leases) whose revoke etcd has not confirmed yet: retried in the
     /// background, and by close.
     orphans: Revokes,
+    /// Grants that timed out: a lease one of them made is revoked when its
+    /// answer arrives.
+    late: LateGrants,
 }
 
 impl LeaseEngine {
@@ -106,6 +110,7 @@ impl LeaseEngine {
             backoff,
             out: Outbox::with_slot(slot),
             orphans: Revokes::default(),
+            late: LateGrants::default(),
         })
     }
 
@@ -170,11 +175,14 @@ impl LeaseEngine {
 
     /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let state = self.state_deadline();
-        match self.orphans.next_deadline() {
-            Some(o) => Some(state.map_or(o, |s| s.min(o))),
-            None => state,
-        }
+        [
+            self.state_deadline(),
+            self.orphans.next_deadline(),
+            self.late.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn state_deadline(&self) -> Option<Instant> {
@@ -330,6 +338,7 @@ impl LeaseEngine {
     fn on_timeout(&mut self, now: Instant) {
         let timeout = self.config.request_timeout;
         self.orphans.tick(&mut self.out, now, timeout, None);
+        self.late.tick(&mut self.out, now);
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Registering {
                 op,
@@ -337,7 +346,15 @@ impl LeaseEngine {
                 step,
                 attempt,
             } if now >= deadline => {
-                self.out.cmd(Command::Abandon { op });
+                match step {
+                    // Its answer may still come (this process paused, the
+                    // network slow): a lease it made is then revoked. Any
+                    // such lease has expired once a TTL has passed.
+                    Step::Grant => self.late.wait(op, now + self.config.ttl),
+                    Step::Attach { .. } | Step::Open { .. } => {
+                        self.out.cmd(Command::Abandon { op })
+                    }
+                }
                 let (revoke, resume) = self.unwind_step(step, attempt);
                 self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, attempt);
             }
@@ -477,6 +494,13 @@ impl LeaseEngine {
                     self.attempt_failed(now, why, None, None, attempt);
                 }
             },
+            other if self.late.answered(op) => {
+                self.state = other;
+                if let Outcome::Ok(Granted { lease, .. }) = outcome {
+                    let deadline = now + self.config.request_timeout;
+                    self.orphans.issue(&mut self.out, lease, deadline);
+                }
+            }
             State::Closing(mut closing) => {
                 let lease = match outcome {
                     Outcome::Ok(g) => Some(g.lease),
@@ -561,6 +585,7 @@ impl LeaseEngine {
 
     fn begin_closing(&mut self, now: Instant, lease: Option<LeaseId>, pending_grant: Option<OpId>) {
         let deadline = now + self.config.request_timeout;
+        self.late.abandon_all(&mut self.out);
         let orphans = self.orphans.take_leases(&mut self.out);
         let closing = Closing::begin(&mut self.out, deadline, lease, orphans, pending_grant);
         self.after_closing_progress(closing);

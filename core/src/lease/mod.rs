@@ -34,13 +34,15 @@
 //!
 //! Failed attempts are paced by [`Backoff`](crate::Backoff); a partially
 //! made registration (lease granted, later step failed) has its lease
-//! revoked until etcd confirms.
+//! revoked until etcd confirms, and so has a lease whose grant answered
+//! only after its deadline (the engine had moved on without it).
 //!
 //! Close revokes whatever lease exists (also one still being granted), then
 //! the engine is `Closed` and inert.
 
 mod closing;
 mod engine;
+mod late_grants;
 mod link;
 mod revokes;
 
