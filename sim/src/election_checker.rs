@@ -40,7 +40,7 @@
 //! successor leading, minus the crashed leader's TTL) and handover
 //! latency (resign to the successor elected).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::checker::{Invariant, Verdict};
@@ -167,7 +167,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     }
     no_zombie(history, &owners, &disturbed, v);
     withdrawn_leave_no_key(history, &log, &disturbed, v);
-    losing_tries_write_nothing(history, &log, &owners, v);
+    losing_tries_write_nothing(history, &log, &owners, &disturbed, v);
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &samples, v);
@@ -477,12 +477,16 @@ fn withdrawn_leave_no_key(
     }
 }
 
-/// A try that loses must not have created its key at any point: it is one
-/// round trip that writes only if nobody is queued.
+/// A try is one round trip that writes only if nobody is queued. So a try
+/// never creates its key while another key is under the name, and a try
+/// that reports a loss leaves no key of its own behind (one it made with an
+/// answer lost, then cleaned up, or deleted from outside before it learned
+/// of it, is fine: an unknown outcome can make a key the try never saw).
 fn losing_tries_write_nothing(
     history: &History,
     log: &[LogEntry],
     owners: &BTreeMap<i64, u64>,
+    disturbed: &[Vec<(u64, u64)>],
     v: &mut Verdict,
 ) {
     // Each contender's open try per name: when it started.
@@ -509,7 +513,7 @@ fn losing_tries_write_nothing(
                 };
                 v.checks += 1;
                 let prefix = format!("{name}/");
-                let created = log.iter().find(|e| {
+                let created = log.iter().filter(|e| {
                     e.present
                         && e.at_ms >= start
                         && e.at_ms <= r.at_ms
@@ -517,16 +521,38 @@ fn losing_tries_write_nothing(
                         && e.create_revision == e.revision
                         && owner(owners, e.lease) == Some(*contender)
                 });
-                if let Some(e) = created {
-                    v.violate(
-                        Invariant::TryWritesNothing,
-                        e.at_ms,
-                        None,
-                        format!(
-                            "contender {contender}'s try for {name} lost but created {} at {} ms",
-                            e.key, e.at_ms
-                        ),
-                    );
+                for e in created {
+                    let queued = present_before(log, &prefix, e.revision);
+                    if let Some(other) = queued.iter().find(|k| **k != e.key) {
+                        v.violate(
+                            Invariant::TryWritesNothing,
+                            e.at_ms,
+                            None,
+                            format!(
+                                "contender {contender}'s try for {name} created {} at {} ms while {other} was queued",
+                                e.key, e.at_ms
+                            ),
+                        );
+                    }
+                    let due = r.at_ms + prompt();
+                    if !undisturbed(&disturbed[*contender], r.at_ms, due) {
+                        continue;
+                    }
+                    let left = log
+                        .iter()
+                        .rfind(|l| l.key == e.key && l.at_ms <= due)
+                        .is_some_and(|l| l.present && l.create_revision == e.create_revision);
+                    if left {
+                        v.violate(
+                            Invariant::TryWritesNothing,
+                            due,
+                            None,
+                            format!(
+                                "contender {contender}'s try for {name} lost at {} ms and left {} (created at {} ms)",
+                                r.at_ms, e.key, e.at_ms
+                            ),
+                        );
+                    }
                 }
             }
             _ => {
@@ -534,6 +560,22 @@ fn losing_tries_write_nothing(
             }
         }
     }
+}
+
+/// The keys under `prefix` present just before `revision`.
+fn present_before<'a>(log: &'a [LogEntry], prefix: &str, revision: i64) -> BTreeSet<&'a str> {
+    let mut present = BTreeSet::new();
+    for e in log
+        .iter()
+        .filter(|e| e.revision < revision && e.key.starts_with(prefix))
+    {
+        if e.present {
+            present.insert(e.key.as_str());
+        } else {
+            present.remove(e.key.as_str());
+        }
+    }
+    present
 }
 
 /// Intervals during which replies to contender `c` could be lost while its

@@ -203,6 +203,15 @@ const PINNED_V4: &[(u64, u64, &str)] = &[
     // A sample fell between a resign and its successor's election (checker:
     // judge leaderless stretches, not how long a candidate waited).
     (2, 0x3c6b03dbab7a1890, "a handover between two samples"),
+    // A try's join was applied with its answer dropped, and its key was
+    // deleted from outside before the retry, which found others queued and
+    // lost: the try had made a key it never saw (checker: judge that a try
+    // creates only into an empty queue and leaves nothing behind).
+    (
+        1049298,
+        0x30d3372eb5aa062,
+        "a try's unseen key deleted from outside",
+    ),
     // A contender paused across its grant's deadline: the lease was
     // granted, the answer read after the timeout and ignored, and the lease
     // lived on next to the healed one (core bug: revoke a late grant).
