@@ -171,7 +171,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &samples, v);
-    latencies(case, history, &samples, v);
+    latencies(case, history, &log, &samples, v);
     crate::observe_checker::check(case, history, &log, v);
 }
 
@@ -522,7 +522,7 @@ fn losing_tries_write_nothing(
                         && owner(owners, e.lease) == Some(*contender)
                 });
                 for e in created {
-                    let queued = present_before(log, &prefix, e.revision);
+                    let queued = present_after(log, &prefix, |l| l.revision < e.revision);
                     if let Some(other) = queued.iter().find(|k| **k != e.key) {
                         v.violate(
                             Invariant::TryWritesNothing,
@@ -562,12 +562,18 @@ fn losing_tries_write_nothing(
     }
 }
 
-/// The keys under `prefix` present just before `revision`.
-fn present_before<'a>(log: &'a [LogEntry], prefix: &str, revision: i64) -> BTreeSet<&'a str> {
+/// The keys under `prefix` present after the changes of `log` that
+/// `before` selects (a prefix of the log).
+fn present_after<'a>(
+    log: &'a [LogEntry],
+    prefix: &str,
+    before: impl Fn(&LogEntry) -> bool,
+) -> BTreeSet<&'a str> {
     let mut present = BTreeSet::new();
     for e in log
         .iter()
-        .filter(|e| e.revision < revision && e.key.starts_with(prefix))
+        .take_while(|e| before(e))
+        .filter(|e| e.key.starts_with(prefix))
     {
         if e.present {
             present.insert(e.key.as_str());
@@ -773,10 +779,12 @@ fn session_lease_lives(
 fn latencies(
     case: &Case,
     history: &History,
+    log: &[LogEntry],
     samples: &[(u64, &Vec<ContenderSample>)],
     v: &mut Verdict,
 ) {
-    // Failover: a crashed leader's process to a successor leading.
+    // Failover: a crashed leader's process to a successor leading, when a
+    // successor was already queued (else it measures idle time).
     for r in &history.records {
         let What::Fault(Fault::ContenderCrash { contender, .. }) = &r.what else {
             continue;
@@ -788,6 +796,10 @@ fn latencies(
         };
         let ttl = case.contenders.get(*contender).map_or(10, |s| s.ttl) * 1000;
         for (name, key, _, _) in led {
+            let queued = present_after(log, &format!("{name}/"), |l| l.at_ms <= r.at_ms);
+            if !queued.iter().any(|k| *k != key) {
+                continue;
+            }
             let next = samples.iter().find(|(t, ss)| {
                 *t > r.at_ms
                     && ss.iter().any(|x| {
