@@ -722,6 +722,8 @@ impl Contender {
         let listing = Listing {
             kvs,
             revision: resp.revision,
+            more: false,
+            cluster: resp.cluster,
         };
         mirror.start_from(now, listing, ids);
         if mine.value != self.value {

@@ -197,6 +197,7 @@ fn resign_deletes_the_key_only_if_it_is_still_ours() {
         Completion::Txn {
             op,
             outcome: Outcome::Ok(TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: true,
                 revision: Revision(21),
                 responses: vec![TxnOpResponse::Delete { deleted: 1 }],
@@ -259,6 +260,7 @@ fn a_campaign_cancelled_while_joining_waits_for_the_join_then_deletes_its_key() 
         Completion::Txn {
             op: again,
             outcome: Outcome::Ok(TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: true,
                 revision: Revision(22),
                 responses: vec![TxnOpResponse::Delete { deleted: 1 }],
@@ -391,6 +393,7 @@ fn proclaim_and_transactions_are_guarded_by_the_token() {
         }
     );
     let inner = TxnResponse {
+        cluster: crate::ClusterId::default(),
         succeeded: true,
         revision: Revision(22),
         responses: vec![TxnOpResponse::Put],
@@ -401,6 +404,7 @@ fn proclaim_and_transactions_are_guarded_by_the_token() {
         Completion::Txn {
             op,
             outcome: Outcome::Ok(TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: true,
                 revision: Revision(22),
                 responses: vec![TxnOpResponse::Txn(inner.clone())],
@@ -431,6 +435,7 @@ fn proclaim_and_transactions_are_guarded_by_the_token() {
         Completion::Txn {
             op,
             outcome: Outcome::Ok(TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: false,
                 revision: Revision(23),
                 responses: vec![],
@@ -491,6 +496,8 @@ fn a_predecessor_found_recreated_by_a_relist_no_longer_blocks_the_queue() {
         Completion::Listed {
             op: relist,
             outcome: Outcome::Ok(crate::io::Listing {
+                cluster: crate::ClusterId::default(),
+                more: false,
                 kvs: vec![again, kv(LEASE, "me", 20)],
                 revision: Revision(31),
             }),
@@ -531,6 +538,7 @@ fn a_leader_is_not_silently_demoted_by_a_key_older_than_its_own() {
         &mut s,
         12,
         Completion::WatchMessage {
+            cluster: crate::ClusterId::default(),
             stream,
             kind: crate::io::MessageKind::Events,
             events: vec![WatchEvent::Put {
@@ -587,6 +595,7 @@ fn a_losing_try_that_finds_a_stale_key_of_its_own_ends_once_and_cleans_up_quietl
         Completion::Txn {
             op: del,
             outcome: Outcome::Ok(TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: true,
                 revision: Revision(26),
                 responses: vec![TxnOpResponse::Delete { deleted: 1 }],
@@ -619,6 +628,7 @@ fn a_campaign_on_a_name_still_being_left_waits_for_the_leave() {
         Completion::Txn {
             op: del,
             outcome: Outcome::Ok(TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: true,
                 revision: Revision(21),
                 responses: vec![TxnOpResponse::Delete { deleted: 1 }],

@@ -26,9 +26,29 @@ impl std::fmt::Display for LeaseId {
 }
 
 /// An etcd revision (the cluster-wide MVCC counter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Revision(pub i64);
+
+/// The id of an etcd cluster, from response headers (0: not known). A
+/// cluster replaced by another (or restored elsewhere) answers with a
+/// different id; a wiped member restarted with the same flags keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct ClusterId(pub u64);
+
+impl ClusterId {
+    /// True when a header named the cluster.
+    pub fn is_known(self) -> bool {
+        self.0 != 0
+    }
+}
+
+impl std::fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:x}", self.0)
+    }
+}
 
 /// A fencing token: the create revision of a lock holder's or leader's key.
 /// Strictly increasing across successive holders of one lock or election.

@@ -4,7 +4,7 @@
 //! A machine only issues the commands it needs and ignores completions for
 //! ops it does not wait for (stale, or of a kind it never asked for).
 
-use crate::ids::{Key, LeaseId, OpId, Revision};
+use crate::ids::{ClusterId, Key, LeaseId, OpId, Revision};
 use crate::kv::{KeyValue, WatchEvent};
 use crate::outcome::{Failure, Outcome};
 
@@ -77,16 +77,51 @@ pub struct RangeRequest {
     pub get: Get,
     /// How.
     pub consistency: Consistency,
+    /// For a page after the first: only keys after this one (still within
+    /// `get`'s prefix). Key order only.
+    pub after: Option<Key>,
+    /// Read at this revision (a later page pins the first page's); 0 for
+    /// the latest.
+    pub revision: Revision,
+}
+
+impl RangeRequest {
+    /// The latest state of whatever `get` selects.
+    pub fn latest(get: Get, consistency: Consistency) -> RangeRequest {
+        RangeRequest {
+            get,
+            consistency,
+            after: None,
+            revision: Revision(0),
+        }
+    }
 }
 
 /// A range's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Listing {
     /// The key-values selected, in the order asked for.
     pub kvs: Vec<KeyValue>,
-    /// The revision read at.
+    /// The revision read at (the response header's: the store's current
+    /// revision, or the one asked for).
     pub revision: Revision,
+    /// More keys matched than the limit let through.
+    pub more: bool,
+    /// The cluster that answered.
+    pub cluster: ClusterId,
+}
+
+impl Listing {
+    /// A complete listing (no more keys) from an unnamed cluster.
+    pub fn complete(kvs: Vec<KeyValue>, revision: Revision) -> Listing {
+        Listing {
+            kvs,
+            revision,
+            more: false,
+            cluster: ClusterId::default(),
+        }
+    }
 }
 
 /// What a compare looks at, and the value compared against.
@@ -211,6 +246,8 @@ pub struct TxnResponse {
     pub revision: Revision,
     /// One response per operation of the branch that ran.
     pub responses: Vec<TxnOpResponse>,
+    /// The cluster that answered.
+    pub cluster: ClusterId,
 }
 
 impl TxnResponse {
@@ -390,6 +427,8 @@ pub enum Completion {
         events: Vec<WatchEvent>,
         /// The response header's revision.
         revision: Revision,
+        /// The cluster that answered.
+        cluster: ClusterId,
     },
     /// The watch stream failed to open, broke, ended, or was cancelled by
     /// etcd; `Failure::Compacted` when its start revision is compacted.

@@ -74,7 +74,7 @@ pub enum StartPolicy {
     /// Keep trying with backoff, as after a later failure.
     Retry,
 }
-pub use ids::{FencingToken, Key, LeaseId, OpId, Revision};
+pub use ids::{ClusterId, FencingToken, Key, LeaseId, OpId, Revision};
 pub use machine::Machine;
 pub use outcome::{AttemptFailure, Failure, Outcome, Retry};
 pub use time::Instant;

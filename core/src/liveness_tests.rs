@@ -40,6 +40,7 @@ fn completed(op: OpId, outcome: Outcome<Reply>) -> Input {
         Some(Kind::Txn) => Completion::Txn {
             op,
             outcome: outcome.map(|_| TxnResponse {
+                cluster: crate::ClusterId::default(),
                 succeeded: false,
                 revision: crate::Revision(10),
                 responses: Vec::new(),

@@ -16,21 +16,39 @@
 //! range the prefix again and report the difference against its view, then
 //! `Resynced`, then watch from the new revision + 1. Nothing is lost and
 //! nothing repeated: every change applies to the view exactly as reported,
-//! and revisions never decrease. Every wait before a retry is announced
-//! with `Retrying`.
+//! and revisions never decrease, except across a restore (below). Every
+//! wait before a retry is announced with `Retrying`.
+//!
+//! Listings are read in pages of `page_size` keys, every page at the first
+//! page's revision, so a prefix larger than one response is still one
+//! snapshot; a page too large to receive is asked again with half the keys.
+//!
+//! etcd restored from an older snapshot, or wiped, answers with a revision
+//! below the one the mirror reflects; a replaced cluster answers with
+//! another cluster id. A watch message that shows either makes the mirror
+//! read the prefix linearizably; a listing behind the mirror's revision (or
+//! from another cluster) is a restore: the view becomes the listing, the
+//! difference is reported, then `Resynced` with the reason, and the
+//! mirror's revision moves to the listing's (the one time it goes back). A
+//! serializable listing behind the mirror proves nothing (a lagging member
+//! answered it): it is read again linearizably, never applied.
 //!
 //! The mirror is a part, not a machine: its owner lends it op ids (so ids
 //! stay unique across the owner's parts), routes the mirror's completions
 //! to it, drains its commands and changes in order with
 //! [`Mirror::next_output`] and folds its deadline.
 
+mod pages;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
+use pages::{ListReason, PageStep, Pages};
+
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::host_id::validate_host_id;
-use crate::ids::{Key, OpId, Revision};
-use crate::io::{Command, Completion, Consistency, Get, Listing, MessageKind, RangeRequest};
+use crate::ids::{ClusterId, Key, OpId, Revision};
+use crate::io::{Command, Completion, Consistency, Listing, MessageKind};
 use crate::kv::{KeyValue, WatchEvent};
 use crate::lease::ConfigError;
 use crate::outbox::{OpIds, Output};
@@ -53,6 +71,9 @@ pub enum KeyFilter {
     },
 }
 
+/// Keys per listing page by default.
+pub const DEFAULT_PAGE_SIZE: u32 = 1000;
+
 /// Configuration of a [`Mirror`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -74,6 +95,9 @@ pub struct MirrorConfig {
     pub seed: u64,
     /// What a failed first range does.
     pub start: StartPolicy,
+    /// Keys per page of a listing (halved for a page too large to
+    /// receive).
+    pub page_size: u32,
 }
 
 impl MirrorConfig {
@@ -89,6 +113,7 @@ impl MirrorConfig {
             backoff: BackoffConfig::default(),
             seed,
             start: StartPolicy::FailFast,
+            page_size: DEFAULT_PAGE_SIZE,
         }
     }
 
@@ -105,6 +130,9 @@ impl MirrorConfig {
             return Err(MirrorConfigError::ProbeIntervalOutOfRange(
                 self.probe_interval,
             ));
+        }
+        if !(1..=100_000).contains(&self.page_size) {
+            return Err(MirrorConfigError::PageSizeOutOfRange(self.page_size));
         }
         self.backoff
             .validate()
@@ -125,6 +153,9 @@ pub enum MirrorConfigError {
     /// Probe interval must be between 10 ms and one hour.
     #[error("probe interval must be between 10 ms and 1 h, got {0:?}")]
     ProbeIntervalOutOfRange(Duration),
+    /// Page size must be between 1 and 100,000 keys.
+    #[error("page size must be between 1 and 100000 keys, got {0}")]
+    PageSizeOutOfRange(u32),
     /// Invalid backoff.
     #[error(transparent)]
     Backoff(ConfigError),
@@ -137,6 +168,22 @@ pub enum ResyncReason {
     Compacted {
         /// etcd's compaction revision (0 if it did not say).
         compact_revision: Revision,
+    },
+    /// etcd's revision went below the one already reflected: it was
+    /// restored from an older snapshot or wiped. Revisions start over from
+    /// `now`.
+    RevisionWentBack {
+        /// The revision reflected before.
+        seen: Revision,
+        /// etcd's revision now.
+        now: Revision,
+    },
+    /// Another cluster answered (a replaced or restored cluster).
+    ClusterChanged {
+        /// The cluster seen before.
+        from: ClusterId,
+        /// The cluster now.
+        to: ClusterId,
     },
 }
 
@@ -192,12 +239,6 @@ pub enum Change {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListReason {
-    Initial,
-    Resync(Revision),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
     /// Quiet; probe at `at` unless a message comes first.
     Quiet { at: Instant },
@@ -218,7 +259,7 @@ enum State {
     Listing {
         op: OpId,
         deadline: Instant,
-        reason: ListReason,
+        pages: Pages,
     },
     Watching {
         stream: OpId,
@@ -240,6 +281,8 @@ pub struct Mirror {
     view: BTreeMap<Key, KeyValue>,
     /// Every change up to here is reflected in the view.
     revision: Revision,
+    /// The cluster the view is of (once a header named it).
+    cluster: ClusterId,
     out: VecDeque<Output<Command, Change>>,
 }
 
@@ -254,6 +297,7 @@ impl Mirror {
             backoff,
             view: BTreeMap::new(),
             revision: Revision(0),
+            cluster: ClusterId::default(),
             out: VecDeque::new(),
         })
     }
@@ -368,7 +412,13 @@ impl Mirror {
         if self.state != State::Idle {
             return false;
         }
-        self.apply_listing(now, listing, ListReason::Initial, ids);
+        self.apply_listing(
+            now,
+            listing,
+            ListReason::Initial,
+            Consistency::Linearizable,
+            ids,
+        );
         true
     }
 
@@ -389,10 +439,10 @@ impl Mirror {
             State::Listing {
                 op,
                 deadline,
-                reason,
+                pages,
             } if now >= deadline => {
                 self.cmd(Command::Abandon { op });
-                self.list_failed(now, reason, AttemptFailure::Timeout);
+                self.list_failed(now, pages.reason(), AttemptFailure::Timeout);
             }
             State::Watching {
                 stream,
@@ -439,7 +489,8 @@ impl Mirror {
                 kind,
                 events,
                 revision,
-            } => self.on_message(now, stream, kind, events, revision),
+                cluster,
+            } => self.on_message(now, stream, kind, events, (revision, cluster)),
             Completion::WatchClosed { stream, failure } => {
                 self.on_closed(now, stream, failure, ids)
             }
@@ -449,18 +500,35 @@ impl Mirror {
     }
 
     fn list(&mut self, now: Instant, reason: ListReason, ids: &mut OpIds) {
+        // Whether etcd went back is judged by a linearizable read only.
+        let consistency = match reason {
+            ListReason::Check => Consistency::Linearizable,
+            ListReason::Initial | ListReason::Resync(_) => self.config.consistency,
+        };
+        self.list_with(now, reason, consistency, ids);
+    }
+
+    fn list_with(
+        &mut self,
+        now: Instant,
+        reason: ListReason,
+        consistency: Consistency,
+        ids: &mut OpIds,
+    ) {
+        let pages = Pages::new(reason, consistency, self.config.page_size);
+        self.request_page(now, pages, ids);
+    }
+
+    fn request_page(&mut self, now: Instant, pages: Pages, ids: &mut OpIds) {
         let op = ids.next();
         self.cmd(Command::Range {
             op,
-            request: RangeRequest {
-                get: Get::prefix(self.config.prefix.clone()),
-                consistency: self.config.consistency,
-            },
+            request: pages.request(&self.config.prefix),
         });
         self.state = State::Listing {
             op,
             deadline: now + self.config.request_timeout,
-            reason,
+            pages,
         };
     }
 
@@ -503,42 +571,95 @@ impl Mirror {
     }
 
     fn on_listed(&mut self, now: Instant, op: OpId, outcome: Outcome<Listing>, ids: &mut OpIds) {
-        let reason = match std::mem::replace(&mut self.state, State::Closed) {
+        let mut pages = match std::mem::replace(&mut self.state, State::Closed) {
             State::Listing {
-                op: want, reason, ..
-            } if want == op => reason,
+                op: want, pages, ..
+            } if want == op => pages,
             other => {
                 self.state = other;
                 return;
             }
         };
         match outcome {
-            Outcome::Ok(listing) => self.apply_listing(now, listing, reason, ids),
+            Outcome::Ok(page) => match pages.take(page) {
+                PageStep::More => self.request_page(now, pages, ids),
+                PageStep::Done(listing) => {
+                    self.apply_listing(now, listing, pages.reason(), pages.consistency(), ids)
+                }
+                PageStep::Restart => self.request_page(now, pages.restarted(), ids),
+            },
+            // Ask for fewer keys at once.
+            Outcome::Err(Failure::TooLarge(_)) if pages.shrink() => {
+                self.request_page(now, pages, ids)
+            }
+            // The pinned revision was compacted between pages: start over.
+            Outcome::Err(Failure::Compacted(_)) if pages.pinned() => {
+                self.request_page(now, pages.restarted(), ids)
+            }
             failed => {
                 let failure = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
-                self.list_failed(now, reason, failure);
+                self.list_failed(now, pages.reason(), failure);
             }
         }
     }
 
     /// Makes the view equal `listing`, reporting the difference, then
-    /// watches from its revision + 1.
+    /// watches from its revision + 1. A listing behind the view (or from
+    /// another cluster) is a restore if it was read linearizably, and is
+    /// read again linearizably if not.
     fn apply_listing(
         &mut self,
         now: Instant,
         listing: Listing,
         reason: ListReason,
+        consistency: Consistency,
         ids: &mut OpIds,
     ) {
-        self.backoff.reset();
+        let other_cluster = self.cluster.is_known()
+            && listing.cluster.is_known()
+            && listing.cluster != self.cluster;
+        let behind = listing.revision < self.revision;
+        if behind && !other_cluster && consistency == Consistency::Serializable {
+            // A lagging member answered: it proves nothing. Read again,
+            // linearizably, for the same reason.
+            self.list_with(now, reason, Consistency::Linearizable, ids);
+            return;
+        }
+        let restore = if other_cluster {
+            Some(ResyncReason::ClusterChanged {
+                from: self.cluster,
+                to: listing.cluster,
+            })
+        } else if behind {
+            Some(ResyncReason::RevisionWentBack {
+                seen: self.revision,
+                now: listing.revision,
+            })
+        } else {
+            None
+        };
+        // A check that found etcd as it was keeps backing off: a member
+        // answering watches from behind must not make the mirror re-list
+        // in a loop.
+        if restore.is_some() || reason != ListReason::Check {
+            self.backoff.reset();
+        }
+        if listing.cluster.is_known() {
+            self.cluster = listing.cluster;
+        }
         let mut fresh: BTreeMap<Key, KeyValue> = BTreeMap::new();
         for kv in listing.kvs {
             if self.keeps(&kv.key) {
                 fresh.insert(kv.key.clone(), kv);
             }
         }
-        // A range never goes back in time for the consumer.
-        let revision = listing.revision.max(self.revision);
+        // A range never goes back in time for the consumer, but across a
+        // restore, where revisions start over.
+        let revision = if restore.is_some() {
+            listing.revision
+        } else {
+            listing.revision.max(self.revision)
+        };
         let gone: Vec<Key> = self
             .view
             .keys()
@@ -558,13 +679,20 @@ impl Mirror {
             self.apply_put(kv, revision);
         }
         self.revision = revision;
-        self.change(match reason {
-            ListReason::Initial => Change::Synced { revision },
-            ListReason::Resync(compact_revision) => Change::Resynced {
+        let announce = match (restore, reason) {
+            (Some(reason), _) => Some(Change::Resynced { reason, revision }),
+            (None, ListReason::Initial) => Some(Change::Synced { revision }),
+            (None, ListReason::Resync(compact_revision)) => Some(Change::Resynced {
                 reason: ResyncReason::Compacted { compact_revision },
                 revision,
-            },
-        });
+            }),
+            // etcd was not restored: the differences (if any) were changes
+            // like any other.
+            (None, ListReason::Check) => None,
+        };
+        if let Some(change) = announce {
+            self.change(change);
+        }
         self.watch(now, ids);
     }
 
@@ -616,8 +744,28 @@ impl Mirror {
         stream: OpId,
         kind: MessageKind,
         events: Vec<WatchEvent>,
-        header: Revision,
+        (header, cluster): (Revision, ClusterId),
     ) {
+        if !self.cluster.is_known() {
+            self.cluster = cluster;
+        }
+        let other_cluster = cluster.is_known() && cluster != self.cluster;
+        if other_cluster || header < self.revision {
+            // etcd answers from behind the view, or another cluster does:
+            // restored, wiped, replaced, or a lagging member. A linearizable
+            // listing tells which (after a backoff, announced).
+            self.cmd(Command::CancelWatch { stream });
+            let why = Failure::StreamClosed(format!(
+                "watch answered at revision {} of cluster {cluster}, behind revision {} of cluster {}",
+                header.0, self.revision.0, self.cluster
+            ));
+            self.retry(
+                now,
+                AttemptFailure::Etcd(why),
+                Then::List(ListReason::Check),
+            );
+            return;
+        }
         // Any message proves the stream alive.
         self.state = State::Watching {
             stream,

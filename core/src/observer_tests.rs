@@ -39,6 +39,7 @@ fn message(o: &mut Observer, now: u64, events: Vec<WatchEvent>, rev: i64) {
     o.handle(
         t(now),
         Input::Io(Completion::WatchMessage {
+            cluster: crate::ClusterId::default(),
             stream: OpId(2),
             kind: MessageKind::Events,
             events,
@@ -70,7 +71,12 @@ fn every_change_of_leader_is_reported_including_none() {
         vec![outbox::Output::Command(Command::Range {
             op: OpId(1),
             request: RangeRequest {
-                get: Get::prefix(Key(b"/e/".to_vec())),
+                after: None,
+                revision: crate::Revision(0),
+                get: Get {
+                    limit: crate::mirror::DEFAULT_PAGE_SIZE,
+                    ..Get::prefix(Key(b"/e/".to_vec()))
+                },
                 consistency: crate::io::Consistency::Linearizable,
             }
         })]
@@ -81,6 +87,8 @@ fn every_change_of_leader_is_reported_including_none() {
         Input::Io(Completion::Listed {
             op: OpId(1),
             outcome: Outcome::Ok(Listing {
+                cluster: crate::ClusterId::default(),
+                more: false,
                 kvs: vec![b.clone(), a.clone()],
                 revision: Revision(10),
             }),
@@ -146,6 +154,8 @@ fn deletions_in_one_revision_never_report_a_leader_that_never_led() {
         Input::Io(Completion::Listed {
             op: OpId(1),
             outcome: Outcome::Ok(Listing {
+                cluster: crate::ClusterId::default(),
+                more: false,
                 kvs: vec![a.clone(), b.clone(), c.clone()],
                 revision: Revision(10),
             }),

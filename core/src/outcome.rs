@@ -21,6 +21,10 @@ pub enum Failure {
     /// The server is overloaded or rate limiting. Backed off slowly.
     #[error("etcd overloaded: {0}")]
     Overloaded(String),
+    /// A response exceeded a message size limit (the client's decode
+    /// limit or the server's send limit): ask for less at once.
+    #[error("response too large: {0}")]
+    TooLarge(String),
     /// Anything else etcd said (invalid argument, permission denied, ...).
     #[error("etcd error: {0}")]
     Other(String),
@@ -33,9 +37,10 @@ impl Failure {
             Failure::Unavailable(_) | Failure::StreamClosed(_) | Failure::LeaseNotFound => {
                 crate::FailureClass::Fast
             }
-            Failure::Compacted(_) | Failure::Overloaded(_) | Failure::Other(_) => {
-                crate::FailureClass::Slow
-            }
+            Failure::Compacted(_)
+            | Failure::Overloaded(_)
+            | Failure::TooLarge(_)
+            | Failure::Other(_) => crate::FailureClass::Slow,
         }
     }
 }

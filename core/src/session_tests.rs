@@ -179,6 +179,7 @@ fn joined(op: OpId, succeeded: bool, queue: Vec<KeyValue>, revision: i64) -> Com
     Completion::Txn {
         op,
         outcome: Outcome::Ok(TxnResponse {
+            cluster: crate::ClusterId::default(),
             succeeded,
             revision: Revision(revision),
             responses,
@@ -214,6 +215,7 @@ fn the_watch(out: &[Output]) -> (OpId, Revision) {
 
 fn deleted(stream: OpId, kv: KeyValue, revision: i64) -> Completion {
     Completion::WatchMessage {
+        cluster: crate::ClusterId::default(),
         stream,
         kind: crate::io::MessageKind::Events,
         events: vec![WatchEvent::Delete {

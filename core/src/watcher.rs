@@ -61,11 +61,13 @@ pub struct WatcherConfig {
     pub seed: u64,
     /// What a failed first range does.
     pub start: StartPolicy,
+    /// Keys per page of a listing.
+    pub page_size: u32,
 }
 
 impl WatcherConfig {
     /// Defaults: linearizable, request timeout 5 s, probe every 10 s,
-    /// default backoff, fail-fast start.
+    /// default backoff, fail-fast start, pages of 1,000 keys.
     pub fn new(prefix: Key, seed: u64) -> Self {
         let m = MirrorConfig::new(prefix, seed);
         WatcherConfig {
@@ -77,6 +79,7 @@ impl WatcherConfig {
             backoff: m.backoff,
             seed,
             start: m.start,
+            page_size: m.page_size,
         }
     }
 
@@ -93,6 +96,7 @@ impl WatcherConfig {
             backoff: self.backoff.clone(),
             seed: self.seed,
             start: self.start,
+            page_size: self.page_size,
         }
     }
 

@@ -51,6 +51,8 @@ fn listed(m: &mut Watcher, now: u64, op: u64, kvs: Vec<KeyValue>, rev: i64) {
         Input::Io(Completion::Listed {
             op: OpId(op),
             outcome: Outcome::Ok(Listing {
+                cluster: crate::ClusterId::default(),
+                more: false,
                 kvs,
                 revision: Revision(rev),
             }),
@@ -70,6 +72,7 @@ fn message(
     m.handle(
         t(now),
         Input::Io(Completion::WatchMessage {
+            cluster: crate::ClusterId::default(),
             stream: OpId(stream),
             kind,
             events,
@@ -87,7 +90,12 @@ fn range(op: u64) -> Output {
     cmd(Command::Range {
         op: OpId(op),
         request: RangeRequest {
-            get: Get::prefix(Key(PREFIX.to_vec())),
+            after: None,
+            revision: crate::Revision(0),
+            get: Get {
+                limit: crate::mirror::DEFAULT_PAGE_SIZE,
+                ..Get::prefix(Key(PREFIX.to_vec()))
+            },
             consistency: Consistency::Linearizable,
         },
     })
@@ -481,50 +489,6 @@ fn initial_range_failure_fails_fast_or_retries() {
 }
 
 #[test]
-fn a_stale_range_never_moves_revisions_back() {
-    let mut m = watching();
-    message(
-        &mut m,
-        5,
-        2,
-        MessageKind::Events,
-        vec![put(kv("c", "C", 20, 9), None)],
-        20,
-    );
-    let _ = drain(&mut m);
-    m.handle(
-        t(6),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(15),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
-    // A serializable read from a lagging member, older than what we saw.
-    listed(
-        &mut m,
-        7,
-        3,
-        vec![kv("a", "A", 3, 7), kv("b", "B", 4, 8), kv("c", "C", 20, 9)],
-        18,
-    );
-    let out = drain(&mut m);
-    assert_eq!(
-        out,
-        vec![
-            ev(Event::Resynced {
-                reason: ResyncReason::Compacted {
-                    compact_revision: Revision(15)
-                },
-                revision: Revision(20)
-            }),
-            watch(4, 21),
-        ]
-    );
-}
-
-#[test]
 fn close_is_idempotent_and_final() {
     let mut m = watching();
     m.handle(t(5), Input::Close).unwrap();
@@ -711,3 +675,6 @@ fn events_out_of_order_within_one_message_never_move_revisions_back() {
     );
     assert_eq!(m.revision(), Revision(20));
 }
+
+#[path = "watcher_restore_tests.rs"]
+mod restore;

@@ -6,7 +6,7 @@ use std::future::Future;
 
 use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::kv::WatchEvent;
-use coord_core::{Failure, LeaseId, Outcome, Revision};
+use coord_core::{ClusterId, Failure, LeaseId, Outcome, Revision};
 
 pub use coord_core::io::Granted;
 
@@ -29,6 +29,10 @@ pub enum EtcdError {
     /// etcd is overloaded or rate limiting.
     #[error("etcd overloaded: {0}")]
     Overloaded(String),
+    /// A response exceeded a message size limit (the client's decode limit
+    /// or etcd's send limit).
+    #[error("response too large: {0}")]
+    TooLarge(String),
     /// The request failed in a way that leaves its effect unknown (the
     /// connection broke mid-request, a deadline passed).
     #[error("outcome unknown: {0}")]
@@ -54,6 +58,7 @@ impl EtcdError {
             EtcdError::LeaseNotFound => Failure::LeaseNotFound,
             EtcdError::Compacted { compact_revision } => Failure::Compacted(compact_revision),
             EtcdError::Overloaded(m) => Failure::Overloaded(m),
+            EtcdError::TooLarge(m) => Failure::TooLarge(m),
             EtcdError::Indeterminate(m) => Failure::StreamClosed(m),
             EtcdError::Other(m) => Failure::Other(m),
         }
@@ -140,6 +145,8 @@ pub struct WatchMessage {
     pub events: Vec<WatchEvent>,
     /// The response header's revision.
     pub revision: Revision,
+    /// The response header's cluster id.
+    pub cluster: ClusterId,
 }
 
 /// The sending half of a watch stream.

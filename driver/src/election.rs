@@ -222,6 +222,8 @@ impl Election {
                 limit: 1,
             },
             consistency: coord_core::io::Consistency::Linearizable,
+            after: None,
+            revision: coord_core::Revision(0),
         };
         let listing = self
             .session

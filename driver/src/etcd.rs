@@ -5,7 +5,7 @@ use coord_core::io::{
     Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use coord_core::kv::{KeyValue, WatchEvent};
-use coord_core::{Key, LeaseId, Revision};
+use coord_core::{ClusterId, Key, LeaseId, Revision};
 use etcd_client::{Client, EventType, GetOptions, PutOptions, SortOrder, SortTarget, WatchOptions};
 use tonic::Code;
 
@@ -22,6 +22,13 @@ pub fn classify(e: etcd_client::Error) -> EtcdError {
         etcd_client::Error::GRpcStatus(status) => {
             let msg = status.message().to_string();
             match status.code() {
+                // tonic's decode limit ("decoded message length too large")
+                // or etcd's send limit ("larger than max").
+                Code::OutOfRange | Code::ResourceExhausted
+                    if msg.contains("too large") || msg.contains("larger than max") =>
+                {
+                    EtcdError::TooLarge(msg)
+                }
                 Code::Unavailable => EtcdError::Unavailable(msg),
                 _ if msg.contains("lease not found") => EtcdError::LeaseNotFound,
                 Code::OutOfRange if msg.contains("compacted") => EtcdError::Compacted {
@@ -101,6 +108,28 @@ fn header_revision(h: Option<&etcd_client::ResponseHeader>) -> Revision {
     Revision(h.map_or(0, etcd_client::ResponseHeader::revision))
 }
 
+fn header_cluster(h: Option<&etcd_client::ResponseHeader>) -> ClusterId {
+    ClusterId(h.map_or(0, etcd_client::ResponseHeader::cluster_id))
+}
+
+/// The largest response accepted: what etcd can send (its gRPC send limit
+/// defaults to `math.MaxInt32`). tonic's own default, 4 MiB, is below a
+/// prefix of a few large host records.
+pub const MAX_RESPONSE_BYTES: usize = 0x7fff_ffff;
+
+/// The first key after every key starting with `prefix` (etcd's range end
+/// for a prefix); `[0]` (every key from the start) when there is none.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
 impl WatchEvents for WatchResponses {
     async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
         let resp = match self.0.message().await {
@@ -109,6 +138,7 @@ impl WatchEvents for WatchResponses {
             Err(e) => return Some(Err(classify(e))),
         };
         let revision = header_revision(resp.header());
+        let cluster = header_cluster(resp.header());
         if resp.canceled() {
             // etcd 3.4 cancels a watch from a compacted revision with an
             // empty reason and the compaction revision set.
@@ -125,6 +155,7 @@ impl WatchEvents for WatchResponses {
                 kind: MessageKind::Created,
                 events: Vec::new(),
                 revision,
+                cluster,
             }));
         }
         let mut events = Vec::with_capacity(resp.events().len());
@@ -152,6 +183,7 @@ impl WatchEvents for WatchResponses {
             kind,
             events,
             revision,
+            cluster,
         }))
     }
 }
@@ -161,6 +193,10 @@ fn get_options(get: &Get) -> GetOptions {
     if get.prefix {
         opts = opts.with_prefix();
     }
+    with_order_and_limit(opts, get)
+}
+
+fn with_order_and_limit(mut opts: GetOptions, get: &Get) -> GetOptions {
     opts = match get.sort {
         Sort::Key => opts,
         Sort::CreateAscending => opts.with_sort(SortTarget::Create, SortOrder::Ascend),
@@ -217,8 +253,34 @@ fn etcd_txn(txn: Txn) -> etcd_client::Txn {
         .or_else(txn.failure.into_iter().map(txn_op).collect::<Vec<_>>())
 }
 
+/// A range request's key and options: a later page starts after the last
+/// key read, still within the prefix, at the pinned revision.
+fn range_options(request: &RangeRequest) -> (Vec<u8>, GetOptions) {
+    let get = &request.get;
+    let (key, mut opts) = match (&request.after, get.prefix) {
+        (Some(after), true) => {
+            let mut start = after.0.clone();
+            start.push(0);
+            let opts = GetOptions::new().with_range(prefix_end(&get.key.0));
+            (start, with_order_and_limit(opts, get))
+        }
+        _ => (get.key.0.clone(), get_options(get)),
+    };
+    if request.revision.0 > 0 {
+        opts = opts.with_revision(request.revision.0);
+    }
+    if request.consistency == Consistency::Serializable {
+        opts = opts.with_serializable();
+    }
+    (key, opts)
+}
+
 /// A transaction's response; nested responses carry the outer revision.
-fn txn_response(resp: &etcd_client::TxnResponse, revision: Revision) -> TxnResponse {
+fn txn_response(
+    resp: &etcd_client::TxnResponse,
+    revision: Revision,
+    cluster: ClusterId,
+) -> TxnResponse {
     let responses = resp
         .op_responses()
         .iter()
@@ -230,13 +292,16 @@ fn txn_response(resp: &etcd_client::TxnResponse, revision: Revision) -> TxnRespo
             etcd_client::TxnOpResponse::Get(g) => {
                 TxnOpResponse::Get(g.kvs().iter().map(key_value).collect())
             }
-            etcd_client::TxnOpResponse::Txn(t) => TxnOpResponse::Txn(txn_response(t, revision)),
+            etcd_client::TxnOpResponse::Txn(t) => {
+                TxnOpResponse::Txn(txn_response(t, revision, cluster))
+            }
         })
         .collect();
     TxnResponse {
         succeeded: resp.succeeded(),
         revision,
         responses,
+        cluster,
     }
 }
 
@@ -247,24 +312,33 @@ impl EtcdApi for Client {
     type WatchEvents = WatchResponses;
 
     async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        let mut opts = get_options(&request.get);
-        if request.consistency == Consistency::Serializable {
-            opts = opts.with_serializable();
-        }
-        let resp = Client::get(&mut self.clone(), request.get.key.0, Some(opts))
+        let (key, opts) = range_options(&request);
+        let resp = self
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+            .get(key, Some(opts))
             .await
             .map_err(classify)?;
         Ok(Listing {
             kvs: resp.kvs().iter().map(key_value).collect(),
             revision: header_revision(resp.header()),
+            more: resp.more(),
+            cluster: header_cluster(resp.header()),
         })
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        let resp = Client::txn(&mut self.clone(), etcd_txn(txn))
+        let resp = self
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+            .txn(etcd_txn(txn))
             .await
             .map_err(classify)?;
-        Ok(txn_response(&resp, header_revision(resp.header())))
+        Ok(txn_response(
+            &resp,
+            header_revision(resp.header()),
+            header_cluster(resp.header()),
+        ))
     }
 
     async fn watch(
@@ -280,7 +354,10 @@ impl EtcdApi for Client {
         if prefix {
             opts = opts.with_prefix();
         }
-        let stream = Client::watch(&mut self.clone(), key, Some(opts))
+        let stream = self
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+            .watch(key, Some(opts))
             .await
             .map_err(classify)?;
         let (requests, responses) = stream.split();

@@ -361,5 +361,6 @@ pub(crate) fn watch_completion((stream, m): WatchDelivery) -> Completion {
         kind: m.kind,
         events: m.events,
         revision: m.revision,
+        cluster: m.cluster,
     }
 }

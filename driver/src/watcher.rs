@@ -54,6 +54,10 @@ pub struct WatcherOptions {
     /// Keep retrying a failing first snapshot in the background instead of
     /// failing `new`. Default false.
     pub retry_first_snapshot: bool,
+    /// Keys per page of a listing: every listing is read in pages at one
+    /// revision, so no prefix is too large for one response. Default 1,000
+    /// (halved for a page too large to receive).
+    pub page_size: u32,
 }
 
 impl Default for WatcherOptions {
@@ -68,6 +72,7 @@ impl Default for WatcherOptions {
             seed: None,
             buffer: 32,
             retry_first_snapshot: false,
+            page_size: coord_core::mirror::DEFAULT_PAGE_SIZE,
         }
     }
 }
@@ -192,6 +197,7 @@ where
             } else {
                 StartPolicy::FailFast
             },
+            page_size: opts.page_size,
         };
         let machine = Watcher::new(config).map_err(Error::InvalidWatcherOptions)?;
         let buffer = opts.buffer.max(1);

@@ -129,6 +129,7 @@ impl FuzzOutcome {
             Kind::Txn => Completion::Txn {
                 op,
                 outcome: self.done().map(|()| TxnResponse {
+                    cluster: coord_core::ClusterId::default(),
                     succeeded: false,
                     revision: Revision(1),
                     responses: Vec::new(),

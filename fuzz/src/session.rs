@@ -340,6 +340,7 @@ impl Harness {
                 }
                 let revision = Revision(self.revision);
                 Input::Io(Completion::WatchMessage {
+                    cluster: coord_core::ClusterId::default(),
                     stream: op,
                     kind,
                     events: evs,
@@ -380,6 +381,7 @@ impl Harness {
                 Completion::Txn {
                     op,
                     outcome: Outcome::Ok(TxnResponse {
+                        cluster: coord_core::ClusterId::default(),
                         succeeded,
                         revision,
                         responses,
@@ -389,10 +391,12 @@ impl Harness {
             Op::Txn { join: None } => Completion::Txn {
                 op,
                 outcome: Outcome::Ok(TxnResponse {
+                    cluster: coord_core::ClusterId::default(),
                     succeeded,
                     revision,
                     responses: if succeeded {
                         vec![TxnOpResponse::Txn(TxnResponse {
+                            cluster: coord_core::ClusterId::default(),
                             succeeded: true,
                             revision,
                             responses: vec![],
@@ -411,7 +415,12 @@ impl Harness {
                     .collect();
                 Completion::Listed {
                     op,
-                    outcome: Outcome::Ok(Listing { kvs, revision }),
+                    outcome: Outcome::Ok(Listing {
+                        cluster: coord_core::ClusterId::default(),
+                        more: false,
+                        kvs,
+                        revision,
+                    }),
                 }
             }
             Op::Revoke => Completion::Revoked {
@@ -558,6 +567,8 @@ fn failed(op: OpId, kind: &Op, outcome: Outcome<()>) -> Completion {
         Op::Range(_) => Completion::Listed {
             op,
             outcome: outcome.map(|()| Listing {
+                cluster: coord_core::ClusterId::default(),
+                more: false,
                 kvs: Vec::new(),
                 revision: Revision(1),
             }),
@@ -565,6 +576,7 @@ fn failed(op: OpId, kind: &Op, outcome: Outcome<()>) -> Completion {
         Op::Txn { .. } => Completion::Txn {
             op,
             outcome: outcome.map(|()| TxnResponse {
+                cluster: coord_core::ClusterId::default(),
                 succeeded: false,
                 revision: Revision(1),
                 responses: Vec::new(),

@@ -6,8 +6,9 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use coord_core::io::{Command, Completion, Listing, MessageKind};
 use coord_core::kv::{KeyValue, WatchEvent};
+use coord_core::mirror::ResyncReason;
 use coord_core::watcher::{Event, Input, Output, StartPolicy, Watcher, WatcherConfig};
-use coord_core::{Instant, Key, LeaseId, OpId, Outcome, Revision};
+use coord_core::{ClusterId, Instant, Key, LeaseId, OpId, Outcome, Revision};
 
 use crate::liveness::FuzzFailure;
 
@@ -72,11 +73,15 @@ enum Step {
     Start,
     Close,
     Advance(u16),
-    /// Lists for the `which`-th op.
+    /// Lists for the `which`-th op: one page (`more` when others follow),
+    /// from one of a few clusters, maybe at a revision from before (etcd
+    /// restored or wiped).
     Listed {
         which: u8,
         kvs: [Option<FuzzKv>; 4],
         rev: u8,
+        more: bool,
+        header: Header,
     },
     ListFailed {
         which: u8,
@@ -88,6 +93,7 @@ enum Step {
         kind: MessageKind,
         events: [Option<FuzzEvent>; 3],
         rev: u8,
+        header: Header,
     },
     Closed {
         which: u8,
@@ -100,11 +106,35 @@ enum Step {
     },
 }
 
+/// A response header: which cluster answered (0: not said), and whether
+/// its revision is from before everything handed out so far.
+#[derive(Debug, Arbitrary)]
+struct Header {
+    cluster: u8,
+    back: bool,
+}
+
+impl Header {
+    fn cluster(&self) -> ClusterId {
+        ClusterId(u64::from(self.cluster % 3))
+    }
+
+    /// The header revision: `base + rev`, or just `rev` when from before.
+    fn revision(&self, base: i64, rev: u8) -> Revision {
+        if self.back {
+            Revision(i64::from(rev))
+        } else {
+            Revision(base + i64::from(rev))
+        }
+    }
+}
+
 #[derive(Debug, Arbitrary)]
 struct Plan {
     exclude: Option<u8>,
     start: StartPolicy,
     seed: u64,
+    page_size: u8,
 }
 
 /// How many steps `data` decodes to (for checking a smoke run is not
@@ -123,6 +153,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
     config.request_timeout = Duration::from_millis(500);
     config.probe_interval = Duration::from_secs(2);
     config.start = plan.start;
+    config.page_size = u32::from(plan.page_size % 4) + 1;
     let Ok(mut m) = Watcher::new(config.clone()) else {
         return crate::Reach::default();
     };
@@ -133,6 +164,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
         base: 0,
         replica: BTreeMap::new(),
         last_revision: Revision(0),
+        restore: None,
         closed: false,
         started: false,
         exclude: config.exclude_host,
@@ -154,6 +186,8 @@ struct Harness {
     base: i64,
     replica: BTreeMap<String, KeyValue>,
     last_revision: Revision,
+    /// The revision a restore announced in this drain starts over from.
+    restore: Option<Revision>,
     closed: bool,
     started: bool,
     exclude: Option<String>,
@@ -179,14 +213,22 @@ impl Harness {
                 }
                 return;
             }
-            Step::Listed { which, kvs, rev } => {
+            Step::Listed {
+                which,
+                kvs,
+                rev,
+                more,
+                header,
+            } => {
                 let base = self.base;
                 self.base += 256;
                 Input::Io(Completion::Listed {
                     op: self.op(which),
                     outcome: Outcome::Ok(Listing {
+                        cluster: header.cluster(),
+                        more,
                         kvs: kvs.iter().flatten().map(|k| k.kv(base)).collect(),
-                        revision: Revision(base + i64::from(rev)),
+                        revision: header.revision(base, rev),
                     }),
                 })
             }
@@ -199,6 +241,7 @@ impl Harness {
                 kind,
                 events,
                 rev,
+                header,
             } => {
                 let base = self.base;
                 self.base += 256;
@@ -230,10 +273,11 @@ impl Harness {
                     })
                     .collect();
                 Input::Io(Completion::WatchMessage {
+                    cluster: header.cluster(),
                     stream: self.op(which),
                     kind,
                     events,
-                    revision: Revision(base + i64::from(rev)),
+                    revision: header.revision(base, rev),
                 })
             }
             Step::Closed { which, failure } => Input::Io(Completion::WatchClosed {
@@ -241,6 +285,7 @@ impl Harness {
                 failure: failure.failure(),
             }),
             Step::Ghost { op, rev } => Input::Io(Completion::WatchMessage {
+                cluster: coord_core::ClusterId::default(),
                 stream: OpId(u64::from(op) + 1_000_000),
                 kind: MessageKind::Events,
                 events: Vec::new(),
@@ -259,7 +304,29 @@ impl Harness {
     }
 
     fn drain(&mut self, m: &mut Watcher) {
-        while let Some(out) = m.poll() {
+        let outs: Vec<Output> = std::iter::from_fn(|| m.poll()).collect();
+        // A restore's differences come at its (lower) revision, before the
+        // `Resynced` that explains them.
+        self.restore = outs.iter().find_map(|o| match o {
+            Output::Event(Event::Resynced {
+                reason: ResyncReason::RevisionWentBack { seen, now },
+                revision,
+            }) => {
+                assert_eq!(now, revision, "a restore resyncs at etcd's revision now");
+                assert!(seen > now, "went back means lower");
+                assert!(*seen >= self.last_revision, "from the revision reflected");
+                Some(*revision)
+            }
+            Output::Event(Event::Resynced {
+                reason: ResyncReason::ClusterChanged { from, to },
+                revision,
+            }) => {
+                assert_ne!(from, to, "another cluster");
+                Some(*revision)
+            }
+            _ => None,
+        });
+        for out in outs {
             assert!(!self.closed, "output after Closed: {out:?}");
             match out {
                 Output::Command(Command::Range { op, .. } | Command::Watch { op, .. }) => {
@@ -283,10 +350,11 @@ impl Harness {
     }
 
     fn apply(&mut self, e: Event) {
+        let restore = self.restore;
         let mut check_revision = |r: Revision| {
             assert!(
-                r >= self.last_revision,
-                "revision went back: {r:?} < {:?}",
+                r >= self.last_revision || restore == Some(r),
+                "revision went back without a restore: {r:?} < {:?}",
                 self.last_revision
             );
             self.last_revision = r;

@@ -198,22 +198,25 @@ impl WatchEvents for SimWatchEvents {
             self.ended = true;
             return Some(Err(EtcdError::Indeterminate("endpoint closed".into())));
         };
-        let message = |kind, events, revision| {
+        let message = |kind, events, revision, cluster| {
             Some(Ok(WatchMessage {
                 kind,
                 events,
                 revision: Revision(revision),
+                cluster: coord_core::ClusterId(cluster),
             }))
         };
         match body {
-            StreamBody::WatchCreated { revision } => {
-                message(MessageKind::Created, Vec::new(), revision)
+            StreamBody::WatchCreated { revision, cluster } => {
+                message(MessageKind::Created, Vec::new(), revision, cluster)
             }
-            StreamBody::WatchEvents { events, revision } => {
-                message(MessageKind::Events, events, revision)
-            }
-            StreamBody::WatchProgress { revision } => {
-                message(MessageKind::Progress, Vec::new(), revision)
+            StreamBody::WatchEvents {
+                events,
+                revision,
+                cluster,
+            } => message(MessageKind::Events, events, revision, cluster),
+            StreamBody::WatchProgress { revision, cluster } => {
+                message(MessageKind::Progress, Vec::new(), revision, cluster)
             }
             StreamBody::WatchCompacted { compact_revision } => {
                 self.ended = true;
@@ -277,10 +280,7 @@ impl EtcdApi for SimEtcd {
 
     async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
         match self.call(Request::Range { request }).await? {
-            Reply::Listed { kvs, revision } => Ok(Listing {
-                kvs,
-                revision: Revision(revision),
-            }),
+            Reply::Listed(listing) => Ok(listing),
             Reply::Failed(e) => Err(e),
             _ => Err(EtcdError::Other("unexpected reply".into())),
         }

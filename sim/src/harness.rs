@@ -84,12 +84,14 @@ pub fn host_options(ttl_secs: u64, seed: u64) -> LivenessOptions {
     }
 }
 
-/// The options every simulated watcher uses: coord's defaults, a seed, and
-/// retrying the first snapshot.
+/// The options every simulated watcher uses: coord's defaults, a seed,
+/// retrying the first snapshot, and pages of 1-3 keys, so every listing of
+/// a fleet is read in several pages (and compactions land between them).
 pub fn watcher_options(seed: u64) -> WatcherOptions {
     WatcherOptions {
         seed: Some(seed),
         retry_first_snapshot: true,
+        page_size: 1 + u32::try_from(seed % 3).unwrap_or(0),
         ..WatcherOptions::default()
     }
 }

@@ -52,6 +52,8 @@ pub struct EtcdState {
     pub key_changes: Vec<(u64, Vec<u8>, i64, bool)>,
     /// Every change of any other key (election queues, fenced resources).
     pub other_changes: Vec<crate::history::LogEntry>,
+    /// The cluster id response headers carry.
+    pub cluster: u64,
     /// Which client each lease was granted to.
     pub lease_owners: BTreeMap<i64, u64>,
 }
@@ -114,6 +116,9 @@ impl EtcdState {
 /// Shared handle to the server state.
 pub type SharedEtcd = Arc<Mutex<EtcdState>>;
 
+/// The cluster id of a fresh simulated etcd.
+pub const FIRST_CLUSTER: u64 = 0xc0_5eed;
+
 /// A fresh, empty server state.
 pub fn new_state() -> SharedEtcd {
     Arc::new(Mutex::new(EtcdState {
@@ -129,6 +134,7 @@ pub fn new_state() -> SharedEtcd {
         key_changes: Vec::new(),
         other_changes: Vec::new(),
         lease_owners: BTreeMap::new(),
+        cluster: FIRST_CLUSTER,
     }))
 }
 
@@ -216,7 +222,11 @@ fn core_event(e: &model::Event) -> WatchEvent {
 
 /// What a watch is owed now: its pending events, or a compaction notice
 /// (after which it is dropped). Advances the watch.
-fn catch_up(model: &EtcdModel, w: &mut WatchEntry) -> Result<Option<StreamBody>, i64> {
+fn catch_up(
+    model: &EtcdModel,
+    cluster: u64,
+    w: &mut WatchEntry,
+) -> Result<Option<StreamBody>, i64> {
     match model.events_of(&w.key, w.prefix, w.next) {
         Err(ModelError::Compacted(rev)) => Err(rev),
         Err(_) => Ok(None),
@@ -226,6 +236,7 @@ fn catch_up(model: &EtcdModel, w: &mut WatchEntry) -> Result<Option<StreamBody>,
             Ok(Some(StreamBody::WatchEvents {
                 events: events.iter().map(core_event).collect(),
                 revision: model.revision(),
+                cluster,
             }))
         }
     }
@@ -248,7 +259,7 @@ pub async fn flush_watches(state: SharedEtcd, ep: Endpoint) {
             let mut out = Vec::new();
             let mut dropped = Vec::new();
             for (key, w) in st.watches.iter_mut() {
-                match catch_up(&st.model, w) {
+                match catch_up(&st.model, st.cluster, w) {
                     Ok(Some(body)) => out.push((key.0, key.1, stamp(w, body))),
                     Ok(None) => {}
                     Err(compact_revision) => {
@@ -270,6 +281,43 @@ pub async fn flush_watches(state: SharedEtcd, ep: Endpoint) {
             let _ = ep.send_to_raw(addr, tag, Box::new(msg)).await;
         }
     }
+}
+
+/// A range as etcd serves it: at the current revision or a pinned one,
+/// after a key (a later page), at most `limit` keys with `more` set when
+/// some were left out. The header names the current revision.
+fn range(st: &EtcdState, request: &core_io::RangeRequest) -> Reply {
+    let get = &request.get;
+    let mut kvs: Vec<model::KeyValue> = if request.revision.0 > 0 && get.prefix {
+        match st.model.range(&get.key.0, Some(request.revision.0)) {
+            Ok((kvs, _)) => kvs,
+            Err(ModelError::Compacted(rev)) => {
+                return Reply::Failed(EtcdError::Compacted {
+                    compact_revision: rev,
+                })
+            }
+            Err(e) => return Reply::Failed(EtcdError::Other(format!("{e:?}"))),
+        }
+    } else {
+        st.model.select(&Select {
+            limit: 0,
+            ..select(get)
+        })
+    };
+    if let Some(after) = &request.after {
+        kvs.retain(|kv| kv.key.as_slice() > after.0.as_slice());
+    }
+    let limit = usize::try_from(get.limit).unwrap_or(usize::MAX);
+    let more = limit > 0 && kvs.len() > limit;
+    if limit > 0 {
+        kvs.truncate(limit);
+    }
+    Reply::Listed(core_io::Listing {
+        kvs: kvs.iter().map(core_kv).collect(),
+        revision: Revision(st.model.revision()),
+        more,
+        cluster: coord_core::ClusterId(st.cluster),
+    })
 }
 
 fn select(get: &Get) -> Select {
@@ -323,10 +371,11 @@ fn txn_request(txn: &core_io::Txn) -> TxnRequest {
     }
 }
 
-fn txn_response(r: &TxnResult, revision: i64) -> core_io::TxnResponse {
+fn txn_response(r: &TxnResult, revision: i64, cluster: u64) -> core_io::TxnResponse {
     core_io::TxnResponse {
         succeeded: r.succeeded,
         revision: Revision(revision),
+        cluster: coord_core::ClusterId(cluster),
         responses: r
             .results
             .iter()
@@ -336,7 +385,7 @@ fn txn_response(r: &TxnResult, revision: i64) -> core_io::TxnResponse {
                 OpResult::Get(kvs) => {
                     core_io::TxnOpResponse::Get(kvs.iter().map(core_kv).collect())
                 }
-                OpResult::Txn(t) => core_io::TxnOpResponse::Txn(txn_response(t, revision)),
+                OpResult::Txn(t) => core_io::TxnOpResponse::Txn(txn_response(t, revision, cluster)),
             })
             .collect(),
     }
@@ -380,15 +429,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
         };
     }
     match req {
-        Request::Range { request } => Answer::Unary(Reply::Listed {
-            kvs: st
-                .model
-                .select(&select(&request.get))
-                .iter()
-                .map(core_kv)
-                .collect(),
-            revision: st.model.revision(),
-        }),
+        Request::Range { request } => Answer::Unary(range(st, request)),
         Request::Watch {
             key,
             prefix,
@@ -403,9 +444,10 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
             };
             let created = StreamBody::WatchCreated {
                 revision: st.model.revision(),
+                cluster: st.cluster,
             };
             let mut msgs = vec![stamp(&mut w, created)];
-            match catch_up(&st.model, &mut w) {
+            match catch_up(&st.model, st.cluster, &mut w) {
                 Ok(backlog) => {
                     if let Some(body) = backlog {
                         msgs.push(stamp(&mut w, body));
@@ -427,11 +469,12 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
         }
         Request::WatchProgress { stream } => {
             let revision = st.model.revision();
+            let cluster = st.cluster;
             let model = &st.model;
             match st.watches.get_mut(&(from, *stream)) {
                 Some(w) => {
                     let mut msgs = Vec::new();
-                    match catch_up(model, w) {
+                    match catch_up(model, cluster, w) {
                         Ok(Some(body)) => msgs.push(stamp(w, body)),
                         Ok(None) => {}
                         Err(compact_revision) => {
@@ -440,7 +483,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
                             return Answer::Stream(*stream, msgs);
                         }
                     }
-                    msgs.push(stamp(w, StreamBody::WatchProgress { revision }));
+                    msgs.push(stamp(w, StreamBody::WatchProgress { revision, cluster }));
                     Answer::Stream(*stream, msgs)
                 }
                 // A watch from before a leader change: nothing answers.
@@ -458,7 +501,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
             Err(e) => failed(e),
         }),
         Request::Txn { txn } => Answer::Unary(match st.model.txn(&txn_request(txn)) {
-            Ok(result) => Reply::Txn(txn_response(&result, st.model.revision())),
+            Ok(result) => Reply::Txn(txn_response(&result, st.model.revision(), st.cluster)),
             Err(e) => failed(e),
         }),
         Request::KeepAlive {

@@ -89,12 +89,7 @@ pub enum Reply {
     /// A transaction's result.
     Txn(coord_core::io::TxnResponse),
     /// A range's result.
-    Listed {
-        /// The kvs.
-        kvs: Vec<coord_core::kv::KeyValue>,
-        /// Revision read at.
-        revision: i64,
-    },
+    Listed(coord_core::io::Listing),
     /// Failed.
     Failed(EtcdError),
 }
@@ -120,6 +115,8 @@ pub enum StreamBody {
     WatchCreated {
         /// Header revision.
         revision: i64,
+        /// Header cluster id.
+        cluster: u64,
     },
     /// Watch events.
     WatchEvents {
@@ -127,11 +124,15 @@ pub enum StreamBody {
         events: Vec<WatchEvent>,
         /// Header revision.
         revision: i64,
+        /// Header cluster id.
+        cluster: u64,
     },
     /// Every event up to `revision` was sent.
     WatchProgress {
         /// Header revision.
         revision: i64,
+        /// Header cluster id.
+        cluster: u64,
     },
     /// The watch's start revision is compacted; nothing follows.
     WatchCompacted {

@@ -259,6 +259,22 @@ impl EtcdCluster {
         self.wait_healthy(i, Duration::from_secs(30)).await;
     }
 
+    /// Kills a single-node cluster's member, deletes its data and starts it
+    /// empty on the same ports: what a restore from an old snapshot looks
+    /// like (revision back near 1, every lease gone). With `new_cluster`,
+    /// under a new cluster token, so it answers with another cluster id.
+    pub async fn wipe(&mut self, new_cluster: bool) {
+        assert_eq!(self.members.len(), 1, "wipe is for a single node");
+        self.kill(0);
+        std::fs::remove_dir_all(&self.members[0].data_dir).expect("delete the data dir");
+        if new_cluster {
+            self.token.push_str("-replaced");
+        }
+        let bin = etcd_binary();
+        self.launch(&bin, 0);
+        self.wait_healthy(0, Duration::from_secs(30)).await;
+    }
+
     /// Index of the member that currently leads, asking the live members.
     pub async fn leader(&self) -> Option<usize> {
         for (i, m) in self.members.iter().enumerate() {

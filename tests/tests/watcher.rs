@@ -277,7 +277,9 @@ async fn a_watcher_cut_off_past_a_compaction_resyncs_to_etcds_truth() {
         let e = next(&mut w).await;
         apply(&mut view, &mut last, &e);
         if let HostEvent::Resynced { reason, .. } = &e {
-            let ResyncReason::Compacted { compact_revision } = reason;
+            let ResyncReason::Compacted { compact_revision } = reason else {
+                panic!("a compaction, not {reason:?}");
+            };
             assert!(compact_revision.0 >= compacted, "{reason:?}");
             resynced = true;
         }

@@ -1,0 +1,442 @@
+//! Listings in pages, and etcd restored, wiped or replaced: what the
+//! watcher (through its mirror) does when etcd's revision goes back or
+//! another cluster answers.
+
+use super::*;
+use crate::ids::ClusterId;
+use crate::io::Consistency;
+
+const A: ClusterId = ClusterId(0xa);
+const B: ClusterId = ClusterId(0xb);
+
+fn page(
+    m: &mut Watcher,
+    now: u64,
+    op: u64,
+    kvs: Vec<KeyValue>,
+    rev: i64,
+    more: bool,
+    c: ClusterId,
+) {
+    m.handle(
+        t(now),
+        Input::Io(Completion::Listed {
+            op: OpId(op),
+            outcome: Outcome::Ok(Listing {
+                kvs,
+                revision: Revision(rev),
+                more,
+                cluster: c,
+            }),
+        }),
+    )
+    .unwrap();
+}
+
+fn failed(m: &mut Watcher, now: u64, op: u64, failure: Failure) {
+    m.handle(
+        t(now),
+        Input::Io(Completion::Listed {
+            op: OpId(op),
+            outcome: Outcome::Err(failure),
+        }),
+    )
+    .unwrap();
+}
+
+fn header(m: &mut Watcher, now: u64, stream: u64, kind: MessageKind, rev: i64, c: ClusterId) {
+    m.handle(
+        t(now),
+        Input::Io(Completion::WatchMessage {
+            stream: OpId(stream),
+            kind,
+            events: Vec::new(),
+            revision: Revision(rev),
+            cluster: c,
+        }),
+    )
+    .unwrap();
+}
+
+fn range_page(
+    op: u64,
+    limit: u32,
+    after: Option<&str>,
+    rev: i64,
+    consistency: Consistency,
+) -> Output {
+    cmd(Command::Range {
+        op: OpId(op),
+        request: RangeRequest {
+            get: Get {
+                limit,
+                ..Get::prefix(Key(PREFIX.to_vec()))
+            },
+            consistency,
+            after: after.map(key),
+            revision: Revision(rev),
+        },
+    })
+}
+
+fn lin(op: u64) -> Output {
+    range_page(
+        op,
+        crate::mirror::DEFAULT_PAGE_SIZE,
+        None,
+        0,
+        Consistency::Linearizable,
+    )
+}
+
+/// Watching after a listing of a and b at revision 10 from cluster A
+/// (stream op 2).
+fn watching_a() -> Watcher {
+    let mut m = Watcher::new(config(StartPolicy::FailFast)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    assert_eq!(drain(&mut m), vec![lin(1)]);
+    page(
+        &mut m,
+        1,
+        1,
+        vec![kv("a", "A", 3, 7), kv("b", "B", 4, 8)],
+        10,
+        false,
+        A,
+    );
+    let out = drain(&mut m);
+    assert_eq!(out.last(), Some(&watch(2, 11)));
+    m
+}
+
+/// Waits out the announced retry; returns what it sent.
+fn after_retry(m: &mut Watcher) -> Vec<Output> {
+    let at = m.poll_timeout().expect("a retry is scheduled");
+    m.handle(at, Input::Timeout).unwrap();
+    drain(m)
+}
+
+fn is_retrying(o: &Output) -> bool {
+    matches!(o, Output::Event(Event::Retrying(_)))
+}
+
+#[test]
+fn a_wiped_etcd_is_noticed_by_its_watch_header_and_the_view_becomes_the_new_truth() {
+    // etcd wiped and restarted: the resumed watch is created at revision 3,
+    // below the 10 already reflected.
+    let mut m = watching_a();
+    header(&mut m, 5, 2, MessageKind::Created, 3, A);
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
+    assert!(is_retrying(&out[1]), "{out:?}");
+    assert_eq!(out.len(), 2);
+    // A linearizable listing confirms it: b is gone, a came back on a new
+    // lease, c is new.
+    assert_eq!(after_retry(&mut m), vec![lin(3)]);
+    page(
+        &mut m,
+        6,
+        3,
+        vec![kv("a", "A", 2, 9), kv("c", "C", 3, 9)],
+        4,
+        false,
+        A,
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ev(Event::Down {
+                host: "b".into(),
+                last_seen: kv("b", "B", 4, 8),
+                revision: Revision(4)
+            }),
+            ev(Event::Updated {
+                host: "a".into(),
+                kv: kv("a", "A", 2, 9),
+                previous: kv("a", "A", 3, 7),
+                revision: Revision(4)
+            }),
+            ev(Event::Up {
+                host: "c".into(),
+                kv: kv("c", "C", 3, 9),
+                revision: Revision(4)
+            }),
+            ev(Event::Resynced {
+                reason: ResyncReason::RevisionWentBack {
+                    seen: Revision(10),
+                    now: Revision(4)
+                },
+                revision: Revision(4)
+            }),
+            watch(4, 5),
+        ]
+    );
+    // Revisions start over: the next put at 5 applies.
+    message(
+        &mut m,
+        7,
+        4,
+        MessageKind::Events,
+        vec![put(kv("d", "D", 5, 9), None)],
+        5,
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Up {
+            host: "d".into(),
+            kv: kv("d", "D", 5, 9),
+            revision: Revision(5)
+        })]
+    );
+}
+
+#[test]
+fn a_listing_behind_the_view_is_a_restore_when_linearizable() {
+    // A compaction resync whose linearizable listing is older than the
+    // view: etcd went back (restored from a snapshot while cut off).
+    let mut m = watching_a();
+    m.handle(
+        t(5),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::Compacted(9),
+        }),
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    page(&mut m, 6, 3, vec![kv("a", "A", 3, 7)], 8, false, A);
+    let out = drain(&mut m);
+    assert!(out.contains(&ev(Event::Resynced {
+        reason: ResyncReason::RevisionWentBack {
+            seen: Revision(10),
+            now: Revision(8)
+        },
+        revision: Revision(8)
+    })));
+    assert_eq!(out.last(), Some(&watch(4, 9)));
+}
+
+#[test]
+fn a_serializable_listing_behind_the_view_is_read_again_linearizably_never_applied() {
+    let mut c = config(StartPolicy::FailFast);
+    c.consistency = Consistency::Serializable;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    page(&mut m, 1, 1, vec![kv("a", "A", 3, 7)], 10, false, A);
+    let _ = drain(&mut m);
+    m.handle(
+        t(5),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::Compacted(9),
+        }),
+    )
+    .unwrap();
+    let out = drain(&mut m);
+    assert_eq!(
+        out.last(),
+        Some(&range_page(
+            3,
+            crate::mirror::DEFAULT_PAGE_SIZE,
+            None,
+            0,
+            Consistency::Serializable
+        ))
+    );
+    // A lagging member, without a: nothing applies; read through the
+    // leader.
+    page(&mut m, 6, 3, Vec::new(), 8, false, A);
+    assert_eq!(drain(&mut m), vec![lin(4)]);
+    page(&mut m, 7, 4, vec![kv("a", "A", 3, 7)], 12, false, A);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            ev(Event::Resynced {
+                reason: ResyncReason::Compacted {
+                    compact_revision: Revision(9)
+                },
+                revision: Revision(12)
+            }),
+            watch(5, 13),
+        ]
+    );
+}
+
+#[test]
+fn another_cluster_answering_is_a_restore_even_with_a_higher_revision() {
+    let mut m = watching_a();
+    header(&mut m, 5, 2, MessageKind::Progress, 50, B);
+    let out = drain(&mut m);
+    assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
+    assert_eq!(after_retry(&mut m), vec![lin(3)]);
+    page(&mut m, 6, 3, vec![kv("b", "B", 40, 8)], 60, false, B);
+    let out = drain(&mut m);
+    assert_eq!(
+        out,
+        vec![
+            ev(Event::Down {
+                host: "a".into(),
+                last_seen: kv("a", "A", 3, 7),
+                revision: Revision(60)
+            }),
+            ev(Event::Updated {
+                host: "b".into(),
+                kv: kv("b", "B", 40, 8),
+                previous: kv("b", "B", 4, 8),
+                revision: Revision(60)
+            }),
+            ev(Event::Resynced {
+                reason: ResyncReason::ClusterChanged { from: A, to: B },
+                revision: Revision(60)
+            }),
+            watch(4, 61),
+        ]
+    );
+    // Cluster B is the one now: its messages are not suspicious.
+    header(&mut m, 7, 4, MessageKind::Created, 61, B);
+    assert!(drain(&mut m).is_empty());
+}
+
+#[test]
+fn a_check_that_finds_etcd_as_it_was_reports_only_real_differences_and_backs_off() {
+    // A lagging member answered the watch from behind; the linearizable
+    // listing is ahead: no restore, no `Resynced`.
+    let mut m = watching_a();
+    header(&mut m, 5, 2, MessageKind::Created, 9, A);
+    let _ = drain(&mut m);
+    let _ = after_retry(&mut m);
+    page(
+        &mut m,
+        6,
+        3,
+        vec![kv("a", "A", 3, 7), kv("b", "B", 4, 8)],
+        11,
+        false,
+        A,
+    );
+    assert_eq!(drain(&mut m), vec![watch(4, 12)]);
+    // Behind again: the next check waits longer (no re-list loop).
+    let first = m.poll_timeout();
+    header(&mut m, 7, 4, MessageKind::Created, 9, A);
+    let out = drain(&mut m);
+    let Some(Output::Event(Event::Retrying(r2))) = out.get(1) else {
+        panic!("{out:?}")
+    };
+    assert_eq!(r2.attempt, 2, "backoff carried over: {first:?}");
+}
+
+#[test]
+fn a_large_prefix_is_listed_in_pages_all_at_the_first_page_revision() {
+    let mut c = config(StartPolicy::FailFast);
+    c.page_size = 2;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![range_page(1, 2, None, 0, Consistency::Linearizable)]
+    );
+    page(
+        &mut m,
+        1,
+        1,
+        vec![kv("a", "A", 3, 7), kv("b", "B", 4, 8)],
+        10,
+        true,
+        A,
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![range_page(2, 2, Some("b"), 10, Consistency::Linearizable)],
+        "nothing reported before the listing is whole"
+    );
+    // etcd's header names its current revision on later pages.
+    page(&mut m, 2, 2, vec![kv("c", "C", 5, 9)], 14, false, A);
+    let out = drain(&mut m);
+    let hosts: Vec<&str> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::Event(Event::Up { host, revision, .. }) => {
+                assert_eq!(*revision, Revision(10));
+                Some(host.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hosts, vec!["a", "b", "c"]);
+    assert!(out.contains(&ev(Event::Synced {
+        revision: Revision(10)
+    })));
+    assert_eq!(out.last(), Some(&watch(3, 11)));
+}
+
+#[test]
+fn a_page_too_large_is_asked_again_with_half_the_keys_down_to_one() {
+    let mut c = config(StartPolicy::FailFast);
+    c.page_size = 4;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    let big = || Failure::TooLarge("decoded message length too large".into());
+    failed(&mut m, 1, 1, big());
+    assert_eq!(
+        drain(&mut m),
+        vec![range_page(2, 2, None, 0, Consistency::Linearizable)]
+    );
+    failed(&mut m, 2, 2, big());
+    assert_eq!(
+        drain(&mut m),
+        vec![range_page(3, 1, None, 0, Consistency::Linearizable)]
+    );
+    // One key too large to receive: a failure like any other.
+    failed(&mut m, 3, 3, big());
+    let out = drain(&mut m);
+    assert!(
+        matches!(out.first(), Some(Output::Event(Event::StartFailed { .. }))),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_pinned_revision_compacted_between_pages_starts_the_listing_over() {
+    let mut c = config(StartPolicy::FailFast);
+    c.page_size = 1;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    page(&mut m, 1, 1, vec![kv("a", "A", 3, 7)], 10, true, A);
+    let _ = drain(&mut m);
+    failed(&mut m, 2, 2, Failure::Compacted(11));
+    assert_eq!(
+        drain(&mut m),
+        vec![range_page(3, 1, None, 0, Consistency::Linearizable)]
+    );
+    page(&mut m, 3, 3, vec![kv("b", "B", 12, 8)], 13, false, A);
+    let out = drain(&mut m);
+    assert!(out.contains(&ev(Event::Up {
+        host: "b".into(),
+        kv: kv("b", "B", 12, 8),
+        revision: Revision(13)
+    })));
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Event(Event::Up { host, .. }) if host == "a")),
+        "nothing from the abandoned first page: {out:?}"
+    );
+}
+
+#[test]
+fn a_later_page_from_another_cluster_starts_the_listing_over() {
+    let mut c = config(StartPolicy::FailFast);
+    c.page_size = 1;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    page(&mut m, 1, 1, vec![kv("a", "A", 3, 7)], 10, true, A);
+    let _ = drain(&mut m);
+    page(&mut m, 2, 2, vec![kv("b", "B", 4, 7)], 10, false, B);
+    assert_eq!(
+        drain(&mut m),
+        vec![range_page(3, 1, None, 0, Consistency::Linearizable)]
+    );
+}

@@ -1,0 +1,338 @@
+//! Whatever etcd does, every view converges: etcd wiped or replaced under
+//! running hosts and watchers, prefixes larger than one gRPC message, and
+//! fleets listed in pages.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use coord::{
+    BackoffConfig, HostEvent, HostLiveness, HostMetadata, HostWatcher, LeaseId, LivenessOptions,
+    ResyncReason, WatcherOptions,
+};
+use coord_tests::etcd::EtcdCluster;
+use coord_tests::proxy::{Mode, Proxy};
+use coord_tests::{eventually, init_tracing};
+use etcd_client::{Client, GetOptions, Txn, TxnOp};
+
+const P: &str = "/coord/hosts/";
+
+fn watcher_opts() -> WatcherOptions {
+    WatcherOptions {
+        request_timeout: Duration::from_secs(2),
+        probe_interval: Duration::from_secs(1),
+        backoff: BackoffConfig {
+            cap: Duration::from_secs(2),
+            ..BackoffConfig::default()
+        },
+        seed: Some(11),
+        buffer: 1024,
+        ..WatcherOptions::default()
+    }
+}
+
+fn liveness_opts() -> LivenessOptions {
+    LivenessOptions {
+        ttl: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(1),
+        backoff: BackoffConfig {
+            cap: Duration::from_secs(2),
+            ..BackoffConfig::default()
+        },
+        seed: Some(5),
+        ..LivenessOptions::default()
+    }
+}
+
+fn meta(id: &str) -> HostMetadata {
+    HostMetadata {
+        started_at_unix_ns: 1,
+        ..HostMetadata::new(id, format!("{id}.example"))
+    }
+}
+
+/// etcd's hosts now: id -> (lease, raw value).
+async fn truth(c: &Client) -> BTreeMap<String, (i64, Vec<u8>)> {
+    // Raised past tonic's 4 MiB default, as coord does.
+    let resp = c
+        .kv_client()
+        .max_decoding_message_size(coord::etcd::MAX_RESPONSE_BYTES)
+        .get(P, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    resp.kvs()
+        .iter()
+        .map(|kv| {
+            (
+                kv.key_str().unwrap()[P.len()..].to_string(),
+                (kv.lease(), kv.value().to_vec()),
+            )
+        })
+        .collect()
+}
+
+/// The watcher's view in the same shape.
+fn seen(w: &HostWatcher) -> BTreeMap<String, (i64, Vec<u8>)> {
+    w.view()
+        .into_iter()
+        .map(|(h, r)| (h, (r.lease.0, r.raw)))
+        .collect()
+}
+
+/// Reads events until `until` matches one (returned), failing after
+/// `deadline`.
+async fn drain_until(
+    w: &mut HostWatcher,
+    deadline: Duration,
+    mut until: impl FnMut(&HostEvent<HostMetadata>) -> bool,
+) -> HostEvent<HostMetadata> {
+    tokio::time::timeout(deadline, async {
+        loop {
+            let e = w.next().await.expect("watcher open");
+            if until(&e) {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the awaited event in time")
+}
+
+/// Puts `records` directly (no leases), 100 per transaction.
+async fn put_many(c: &Client, records: &[(String, Vec<u8>)]) {
+    for chunk in records.chunks(100) {
+        let ops: Vec<TxnOp> = chunk
+            .iter()
+            .map(|(k, v)| TxnOp::put(format!("{P}{k}"), v.clone(), None))
+            .collect();
+        c.clone().txn(Txn::new().and_then(ops)).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_etcd_is_noticed_and_the_watcher_converges_with_the_hosts_back() {
+    init_tracing();
+    let mut etcd = EtcdCluster::single().await;
+    let direct = etcd.client().await;
+    let via = coord::connect(&etcd.endpoints(), coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut hosts = Vec::new();
+    for id in ["h1", "h2", "h3"] {
+        hosts.push(
+            HostLiveness::register(via.clone(), meta(id), liveness_opts())
+                .await
+                .unwrap(),
+        );
+    }
+    // A record nobody keeps alive: gone for good after the wipe.
+    put_many(&direct, &[("gone".into(), b"{}".to_vec())]).await;
+    // History well past what the wiped etcd will reach.
+    for i in 0..60 {
+        direct
+            .clone()
+            .put("/other/churn", format!("{i}"), None)
+            .await
+            .unwrap();
+    }
+    let mut w: HostWatcher = HostWatcher::new(via.clone(), watcher_opts()).await.unwrap();
+    drain_until(&mut w, Duration::from_secs(20), |e| {
+        matches!(e, HostEvent::Synced { .. })
+    })
+    .await;
+    assert_eq!(seen(&w), truth(&direct).await);
+    let before: Vec<LeaseId> = hosts.iter().filter_map(HostLiveness::lease_id).collect();
+    assert_eq!(before.len(), 3);
+
+    etcd.wipe(false).await;
+    let direct = etcd.client().await;
+    // A host written to the new etcd by someone else.
+    put_many(&direct, &[("new".into(), b"{}".to_vec())]).await;
+
+    let e = drain_until(&mut w, Duration::from_secs(30), |e| {
+        matches!(e, HostEvent::Resynced { .. })
+    })
+    .await;
+    let HostEvent::Resynced { reason, .. } = &e else {
+        unreachable!()
+    };
+    assert!(
+        matches!(reason, ResyncReason::RevisionWentBack { .. }),
+        "{reason:?}"
+    );
+    // Every host comes back on a new lease, and the view is etcd's truth:
+    // no host or lease from before the wipe survives in it.
+    let view = eventually(
+        Duration::from_secs(30),
+        "the view to equal etcd",
+        || async {
+            let t = truth(&direct).await;
+            let back = ["h1", "h2", "h3", "new"].iter().all(|h| t.contains_key(*h));
+            (back && seen(&w) == t).then_some(t)
+        },
+    )
+    .await;
+    assert!(!view.contains_key("gone"), "{view:?}");
+    for (h, (lease, _)) in &view {
+        assert!(
+            !before.contains(&LeaseId(*lease)),
+            "{h} still on a lease from before the wipe"
+        );
+    }
+    for h in &hosts {
+        assert!(h.lease_id().is_some_and(|l| !before.contains(&l)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_cluster_is_noticed_by_its_id_even_ahead_in_revisions() {
+    init_tracing();
+    let mut etcd = EtcdCluster::single().await;
+    let direct = etcd.client().await;
+    put_many(
+        &direct,
+        &[("a".into(), b"{}".to_vec()), ("b".into(), b"{}".to_vec())],
+    )
+    .await;
+    let proxy = Proxy::start(&etcd.endpoints()[0]).await;
+    let via = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut w: HostWatcher = HostWatcher::new(via, watcher_opts()).await.unwrap();
+    drain_until(&mut w, Duration::from_secs(20), |e| {
+        matches!(e, HostEvent::Synced { .. })
+    })
+    .await;
+    // Cut off, the cluster is replaced by another whose revision passes
+    // the old one: only its id tells them apart.
+    proxy.set(Mode::Blackhole);
+    etcd.wipe(true).await;
+    let direct = etcd.client().await;
+    for i in 0..30 {
+        direct
+            .clone()
+            .put("/other/churn", format!("{i}"), None)
+            .await
+            .unwrap();
+    }
+    put_many(&direct, &[("c".into(), b"{}".to_vec())]).await;
+    proxy.set(Mode::Pass);
+    let e = drain_until(&mut w, Duration::from_secs(30), |e| {
+        matches!(e, HostEvent::Resynced { .. })
+    })
+    .await;
+    let HostEvent::Resynced { reason, .. } = &e else {
+        unreachable!()
+    };
+    assert!(
+        matches!(reason, ResyncReason::ClusterChanged { .. }),
+        "{reason:?}"
+    );
+    assert_eq!(seen(&w), truth(&direct).await);
+    assert_eq!(seen(&w).keys().cloned().collect::<Vec<_>>(), vec!["c"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_hosts_are_listed_in_pages_and_relisted_after_a_compaction() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let direct = etcd.client().await;
+    let records: Vec<(String, Vec<u8>)> = (0..10_000)
+        .map(|i| {
+            let id = format!("host-{i:05}");
+            let value = serde_json::to_vec(&meta(&id)).unwrap();
+            (id, value)
+        })
+        .collect();
+    put_many(&direct, &records).await;
+    let proxy = Proxy::start(&etcd.endpoints()[0]).await;
+    let via = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut w: HostWatcher = HostWatcher::new(via, watcher_opts()).await.unwrap();
+    let mut ups = 0;
+    drain_until(&mut w, Duration::from_secs(60), |e| {
+        ups += usize::from(matches!(e, HostEvent::Up { .. }));
+        matches!(e, HostEvent::Synced { .. })
+    })
+    .await;
+    assert_eq!(ups, 10_000);
+    assert_eq!(seen(&w), truth(&direct).await);
+    // Cut off across changes and a compaction: the re-list is paged too.
+    proxy.set(Mode::Blackhole);
+    direct
+        .clone()
+        .delete(format!("{P}host-00000"), None)
+        .await
+        .unwrap();
+    put_many(&direct, &[("host-10000".into(), b"{}".to_vec())]).await;
+    etcd.compact().await;
+    proxy.set(Mode::Pass);
+    drain_until(&mut w, Duration::from_secs(60), |e| {
+        matches!(e, HostEvent::Resynced { .. })
+    })
+    .await;
+    let view = seen(&w);
+    assert_eq!(view.len(), 10_000);
+    assert_eq!(view, truth(&direct).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_larger_than_one_grpc_message_is_listed_and_relisted() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let direct = etcd.client().await;
+    // Five hosts of about 900 KiB each: 4.6 MB, over tonic's 4 MiB default.
+    let big = |id: &str, fill: char| {
+        let mut m = meta(id);
+        m.extra.insert(
+            "padding".into(),
+            serde_json::Value::String(std::iter::repeat(fill).take(900 * 1024).collect()),
+        );
+        serde_json::to_vec(&m).unwrap()
+    };
+    for i in 0..5 {
+        let id = format!("big-{i}");
+        let v = big(&id, 'x');
+        direct
+            .clone()
+            .put(format!("{P}{id}"), v, None)
+            .await
+            .unwrap();
+    }
+    let proxy = Proxy::start(&etcd.endpoints()[0]).await;
+    let via = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut w: HostWatcher = HostWatcher::new(via, watcher_opts()).await.unwrap();
+    drain_until(&mut w, Duration::from_secs(60), |e| {
+        matches!(e, HostEvent::Synced { .. })
+    })
+    .await;
+    assert_eq!(seen(&w), truth(&direct).await);
+    assert_eq!(w.view().len(), 5);
+    assert!(w.view().values().all(|r| r.meta.is_ok()));
+    // Cut off, every record changes and history is compacted: the re-list
+    // reads all of them again.
+    proxy.set(Mode::Blackhole);
+    for i in 0..5 {
+        let id = format!("big-{i}");
+        let v = big(&id, 'y');
+        direct
+            .clone()
+            .put(format!("{P}{id}"), v, None)
+            .await
+            .unwrap();
+    }
+    etcd.compact().await;
+    proxy.set(Mode::Pass);
+    let mut updated = 0;
+    drain_until(&mut w, Duration::from_secs(60), |e| {
+        updated += usize::from(matches!(e, HostEvent::Updated { .. }));
+        matches!(e, HostEvent::Resynced { .. })
+    })
+    .await;
+    assert_eq!(updated, 5);
+    assert_eq!(seen(&w), truth(&direct).await);
+}
