@@ -238,6 +238,48 @@ pub enum Change {
     Closed,
 }
 
+/// What a mirror is doing, readable at any time: whether its view is
+/// current, being rebuilt, or possibly stale because etcd keeps failing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MirrorStatus {
+    /// Not started, or the first listing is being read (no failure yet).
+    Starting,
+    /// A watch is open (or being opened after a success) and the view
+    /// reflects every change up to `revision`.
+    Watching {
+        /// Every change up to here is in the view.
+        revision: Revision,
+    },
+    /// The view is being rebuilt from a fresh listing (after a compaction,
+    /// or to check for a restored etcd); it may lag until then.
+    Relisting {
+        /// The revision the view reflects meanwhile.
+        revision: Revision,
+    },
+    /// Listing or watching failed and has not succeeded since: the view
+    /// may be stale. Cleared by the next listing or watch message that
+    /// succeeds.
+    Failing {
+        /// The revision the view reflects meanwhile.
+        revision: Revision,
+        /// When the first failure of this run happened.
+        since: Instant,
+        /// Failures so far.
+        attempt: u32,
+        /// The last failure.
+        failure: AttemptFailure,
+    },
+    /// Closed (terminal).
+    Closed,
+}
+
+/// A run of failures with no success between them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failing {
+    since: Instant,
+    last: AttemptFailure,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
     /// Quiet; probe at `at` unless a message comes first.
@@ -283,6 +325,8 @@ pub struct Mirror {
     revision: Revision,
     /// The cluster the view is of (once a header named it).
     cluster: ClusterId,
+    /// Failures since the last success, if any.
+    failing: Option<Failing>,
     out: VecDeque<Output<Command, Change>>,
 }
 
@@ -298,8 +342,37 @@ impl Mirror {
             view: BTreeMap::new(),
             revision: Revision(0),
             cluster: ClusterId::default(),
+            failing: None,
             out: VecDeque::new(),
         })
+    }
+
+    /// What the mirror is doing; see [`MirrorStatus`].
+    pub fn status(&self) -> MirrorStatus {
+        let revision = self.revision;
+        match (&self.state, &self.failing) {
+            (State::Closed, _) => MirrorStatus::Closed,
+            (State::Idle, _) => MirrorStatus::Starting,
+            (_, Some(f)) => MirrorStatus::Failing {
+                revision,
+                since: f.since,
+                attempt: self.backoff.attempt(),
+                failure: f.last.clone(),
+            },
+            (State::Listing { pages, .. }, None) if pages.reason() == ListReason::Initial => {
+                MirrorStatus::Starting
+            }
+            (State::Watching { .. }, None) => MirrorStatus::Watching { revision },
+            (State::Listing { .. } | State::Waiting { .. }, None) => {
+                MirrorStatus::Relisting { revision }
+            }
+        }
+    }
+
+    /// A success: the backoff starts over and the run of failures ends.
+    fn succeeded(&mut self) {
+        self.backoff.reset();
+        self.failing = None;
     }
 
     /// The config in force.
@@ -550,6 +623,11 @@ impl Mirror {
     }
 
     fn retry(&mut self, now: Instant, failure: AttemptFailure, then: Then) {
+        let since = self.failing.as_ref().map_or(now, |f| f.since);
+        self.failing = Some(Failing {
+            since,
+            last: failure.clone(),
+        });
         let next_at = now + self.backoff.next_delay(failure.class());
         self.change(Change::Retrying(Retry {
             attempt: self.backoff.attempt(),
@@ -642,7 +720,7 @@ impl Mirror {
         // answering watches from behind must not make the mirror re-list
         // in a loop.
         if restore.is_some() || reason != ListReason::Check {
-            self.backoff.reset();
+            self.succeeded();
         }
         if listing.cluster.is_known() {
             self.cluster = listing.cluster;
@@ -810,7 +888,7 @@ impl Mirror {
         if kind == MessageKind::Progress && header > self.revision {
             self.revision = header;
         }
-        self.backoff.reset();
+        self.succeeded();
     }
 
     fn on_closed(&mut self, now: Instant, stream: OpId, failure: Failure, ids: &mut OpIds) {

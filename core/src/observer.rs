@@ -92,6 +92,12 @@ impl Observer {
         self.mirror.is_closed()
     }
 
+    /// Whether the observed queue is current, being re-read, or possibly
+    /// stale because listing or watching keeps failing.
+    pub fn status(&self) -> crate::mirror::MirrorStatus {
+        self.mirror.status()
+    }
+
     /// The next command or event.
     #[must_use]
     pub fn poll(&mut self) -> Option<Output> {

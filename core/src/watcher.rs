@@ -31,7 +31,7 @@ use crate::ids::{Key, Revision};
 use crate::io::Command;
 use crate::kv::KeyValue;
 use crate::lease::UsageError;
-use crate::mirror::{Change, KeyFilter, Mirror, MirrorConfig};
+use crate::mirror::{Change, KeyFilter, Mirror, MirrorConfig, MirrorStatus};
 use crate::outbox::Outbox;
 use crate::outcome::{AttemptFailure, Retry};
 use crate::time::Instant;
@@ -221,6 +221,12 @@ impl Watcher {
     /// True while a watch stream is open and the view is current.
     pub fn is_watching(&self) -> bool {
         self.mirror.is_watching()
+    }
+
+    /// Whether the view is current, being rebuilt, or possibly stale
+    /// because listing or watching keeps failing.
+    pub fn status(&self) -> MirrorStatus {
+        self.mirror.status()
     }
 
     /// The next command or event.

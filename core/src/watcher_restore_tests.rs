@@ -440,3 +440,69 @@ fn a_later_page_from_another_cluster_starts_the_listing_over() {
         vec![range_page(3, 1, None, 0, Consistency::Linearizable)]
     );
 }
+
+#[test]
+fn status_says_when_the_view_may_be_stale_and_since_when() {
+    use crate::mirror::MirrorStatus;
+    let mut m = Watcher::new(config(StartPolicy::Retry)).unwrap();
+    assert_eq!(m.status(), MirrorStatus::Starting);
+    m.handle(t(0), Input::Start).unwrap();
+    drain(&mut m);
+    assert_eq!(m.status(), MirrorStatus::Starting);
+    // The first listing is unanswered: failing since its deadline.
+    m.handle(t(2_000), Input::Timeout).unwrap();
+    assert!(drain(&mut m).iter().any(is_retrying));
+    let failing = |attempt, failure: AttemptFailure| MirrorStatus::Failing {
+        revision: Revision(0),
+        since: t(2_000),
+        attempt,
+        failure,
+    };
+    assert_eq!(m.status(), failing(1, AttemptFailure::Timeout));
+    // The retry is in flight: still failing (nothing succeeded yet), and a
+    // second failure keeps the start of the run.
+    let sent = after_retry(&mut m);
+    let Some(Output::Command(Command::Range { op, .. })) = sent.last().cloned() else {
+        panic!("a retry lists again: {sent:?}");
+    };
+    assert_eq!(m.status(), failing(1, AttemptFailure::Timeout));
+    let refused = Failure::Unavailable("refused".into());
+    failed(&mut m, 3_000, op.0, refused.clone());
+    assert!(drain(&mut m).iter().any(is_retrying));
+    assert_eq!(m.status(), failing(2, AttemptFailure::Etcd(refused)));
+    // A listing succeeds: the view is current and watched.
+    let sent = after_retry(&mut m);
+    let Some(Output::Command(Command::Range { op, .. })) = sent.last().cloned() else {
+        panic!("a retry lists again: {sent:?}");
+    };
+    page(&mut m, 5_000, op.0, vec![kv("a", "A", 3, 7)], 10, false, A);
+    let out = drain(&mut m);
+    let Some(Output::Command(Command::Watch { op: stream, .. })) = out.last().cloned() else {
+        panic!("watches after the listing: {out:?}");
+    };
+    assert_eq!(
+        m.status(),
+        MirrorStatus::Watching {
+            revision: Revision(10)
+        }
+    );
+    // A compaction: re-listing, with no failure.
+    m.handle(
+        t(6_000),
+        Input::Io(Completion::WatchClosed {
+            stream,
+            failure: Failure::Compacted(20),
+        }),
+    )
+    .unwrap();
+    drain(&mut m);
+    assert_eq!(
+        m.status(),
+        MirrorStatus::Relisting {
+            revision: Revision(10)
+        }
+    );
+    m.handle(t(7_000), Input::Close).unwrap();
+    drain(&mut m);
+    assert_eq!(m.status(), MirrorStatus::Closed);
+}

@@ -8,8 +8,19 @@ use crate::error::Error;
 /// assumes; a client opened another way should set the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectOptions {
-    /// HTTP/2 keep-alive ping interval and timeout. Without them a paused
-    /// or blackholed etcd makes streams go silent forever. Default 1 s, 1 s.
+    /// HTTP/2 keep-alive ping interval and timeout, sent only while a
+    /// stream is open: they close a connection that died silently (a
+    /// rebooted etcd host, lost NAT state), so that requests reconnect.
+    /// Default 10 s, 5 s.
+    ///
+    /// etcd answers pings that come more often than its
+    /// `--grpc-keepalive-min-time` (5 s by default) while it has nothing to
+    /// send, for example to a watch whose reader stalled, by closing the
+    /// whole connection (GOAWAY `too_many_pings`), and with it every
+    /// keep-alive and watch on it. Keep the interval well above that
+    /// setting. Fast detection of a silent etcd does not depend on these
+    /// pings: every coord request and stream has its own deadline (the
+    /// keep-alive's reply, the watch's progress probe).
     pub keep_alive: (Duration, Duration),
     /// TCP connect timeout. Default 2 s.
     pub connect_timeout: Duration,
@@ -23,7 +34,7 @@ pub struct ConnectOptions {
 impl Default for ConnectOptions {
     fn default() -> Self {
         ConnectOptions {
-            keep_alive: (Duration::from_secs(1), Duration::from_secs(1)),
+            keep_alive: (Duration::from_secs(10), Duration::from_secs(5)),
             connect_timeout: Duration::from_secs(2),
             require_leader: true,
             user: None,
@@ -32,7 +43,7 @@ impl Default for ConnectOptions {
 }
 
 /// Opens an `etcd-client` client to `endpoints` with HTTP/2 keep-alive
-/// (also while idle), a connect timeout and require-leader set. The client
+/// (while a stream is open), a connect timeout and require-leader set. The client
 /// connects lazily: an unreachable etcd shows up as `Unavailable` on the
 /// first request, not here. Per-request deadlines are set by coord's
 /// machines, so no global request timeout is applied (it would cut the
@@ -46,7 +57,9 @@ pub async fn connect<E: AsRef<str>>(
     }
     let mut opts = etcd_client::ConnectOptions::new()
         .with_keep_alive(options.keep_alive.0, options.keep_alive.1)
-        .with_keep_alive_while_idle(true)
+        // etcd closes a connection pinged with no stream open (its policy
+        // does not permit pings without streams).
+        .with_keep_alive_while_idle(false)
         .with_connect_timeout(options.connect_timeout)
         .with_require_leader(options.require_leader);
     if let Some((user, password)) = options.user {

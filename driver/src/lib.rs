@@ -89,7 +89,7 @@ pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX
 pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
 };
-pub use status::LeaseStatus;
+pub use status::{LeaseStatus, ViewStatus};
 pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions};
 
 pub use coord_core::election::Loss;

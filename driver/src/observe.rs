@@ -3,7 +3,7 @@
 use coord_core::mirror::MirrorConfig;
 use coord_core::observer::{Event, Input, Leader, Observer};
 use coord_core::{BackoffConfig, Instant, Revision, StartPolicy};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::api::EtcdApi;
@@ -11,6 +11,7 @@ use crate::clock::Clock;
 use crate::election::queue_prefix;
 use crate::error::Error;
 use crate::runner::{run, Host};
+use crate::status::ViewStatus;
 
 /// One observation: who leads, as of a revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,16 +29,10 @@ pub struct Observed {
 pub struct Observe {
     events: mpsc::UnboundedReceiver<Observed>,
     close: mpsc::UnboundedSender<()>,
+    status: watch::Receiver<ViewStatus>,
 }
 
 impl Observe {
-    pub(crate) fn new(
-        events: mpsc::UnboundedReceiver<Observed>,
-        close: mpsc::UnboundedSender<()>,
-    ) -> Self {
-        Observe { events, close }
-    }
-
     /// Observes the election `name` without a session (nothing is
     /// written): the same stream as [`Election::observe`](crate::Election::observe).
     /// Fails only on a bad name.
@@ -87,15 +82,28 @@ impl Observe {
         };
         let (events_tx, events) = mpsc::unbounded_channel();
         let (close, close_rx) = mpsc::unbounded_channel();
+        let (status_tx, status) = watch::channel(ViewStatus::Starting);
         match Observer::new(config) {
             Ok(observer) => {
-                let host = ObserveHost { events: events_tx };
-                tokio::spawn(run(client, observer, host, Clock::start(), close_rx));
+                let clock = Clock::start();
+                let host = ObserveHost {
+                    events: events_tx,
+                    status: status_tx,
+                    clock,
+                };
+                tokio::spawn(run(client, observer, host, clock, close_rx));
             }
             // Settings that passed a session's validation: never.
-            Err(e) => warn!(error = %e, "observer refused its settings"),
+            Err(e) => {
+                warn!(error = %e, "observer refused its settings");
+                status_tx.send_replace(ViewStatus::Closed);
+            }
         }
-        Observe::new(events, close)
+        Observe {
+            events,
+            close,
+            status,
+        }
     }
 
     /// The next observation, in order; `None` once closed. The first is
@@ -108,6 +116,13 @@ impl Observe {
         self.events.recv().await
     }
 
+    /// What the observer is doing: watching (the leader reported last is
+    /// current), re-listing, or failing since some time (it may be stale;
+    /// retries go on).
+    pub fn status(&self) -> watch::Receiver<ViewStatus> {
+        self.status.clone()
+    }
+
     /// Stops observing (idempotent).
     pub fn close(&self) {
         let _ = self.close.send(());
@@ -117,6 +132,8 @@ impl Observe {
 /// The observer loop's side of an [`Observe`].
 pub(crate) struct ObserveHost {
     events: mpsc::UnboundedSender<Observed>,
+    status: watch::Sender<ViewStatus>,
+    clock: Clock,
 }
 
 impl Host<Observer> for ObserveHost {
@@ -143,5 +160,13 @@ impl Host<Observer> for ObserveHost {
             Event::StartFailed { reason } => warn!(%reason, "observer failed to start"),
             Event::Closed => {}
         }
+    }
+
+    fn drained(&mut self, machine: &Observer) {
+        ViewStatus::publish(&self.status, machine.status(), self.clock);
+    }
+
+    fn ended(&mut self, _machine: &Observer) {
+        self.status.send_replace(ViewStatus::Closed);
     }
 }

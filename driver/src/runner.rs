@@ -100,7 +100,11 @@ pub(crate) async fn run<A, M, H>(
             },
             () = host.deliver() => continue,
             Some(m) = watched.recv(), if room => M::Input::from(watch_completion(m)),
-            () = sleep_until(deadline) => M::timeout_input(),
+            // While the streams are not read (the consumer is behind), their
+            // silence proves nothing: the machine's timers (an unanswered
+            // progress probe) wait until they are read again, and the first
+            // message then read proves the stream alive.
+            () = sleep_until(deadline), if room => M::timeout_input(),
         };
         if let Err(e) = machine.handle(clock.now(), input) {
             warn!(error = ?e, "input refused");

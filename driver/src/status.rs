@@ -3,10 +3,12 @@
 //! registration succeeded or failed.
 
 use coord_core::lease::{Event, LeaseState, RevokeOutcome};
-use coord_core::LeaseId;
+use coord_core::mirror::MirrorStatus;
+use coord_core::{AttemptFailure, LeaseId, Revision};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 
+use crate::clock::Clock;
 use crate::error::Error;
 
 /// The state of a handle's lease, as its `state()` receiver reports it.
@@ -140,5 +142,75 @@ pub(crate) async fn first_lease(
     match ready.await {
         Ok(answer) => answer,
         Err(_) => Err(Error::TaskGone),
+    }
+}
+
+/// What a list-and-watch (a [`HostWatcher`](crate::HostWatcher), an
+/// [`Observe`](crate::Observe)) is doing, as its `status()` receiver
+/// reports it: whether its view is current, being rebuilt, or possibly
+/// stale because etcd keeps failing. A stale view is never silent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ViewStatus {
+    /// The first listing is being read (no failure yet).
+    Starting,
+    /// Watching: the view reflects every change up to `revision`.
+    Watching {
+        /// Every change up to here is in the view.
+        revision: Revision,
+    },
+    /// Re-listing after a compaction or to check for a restored etcd; the
+    /// view may lag until the listing is read.
+    Relisting {
+        /// The revision the view reflects meanwhile.
+        revision: Revision,
+    },
+    /// Listing or watching has failed since `since`, with no success
+    /// since: the view may be stale. Retries go on with backoff.
+    Failing {
+        /// The revision the view reflects meanwhile.
+        revision: Revision,
+        /// When the first failure of this run happened.
+        since: tokio::time::Instant,
+        /// Failures so far.
+        attempt: u32,
+        /// The last failure.
+        failure: AttemptFailure,
+    },
+    /// Closed, or failed to start.
+    Closed,
+}
+
+impl ViewStatus {
+    pub(crate) fn of(status: MirrorStatus, clock: Clock) -> Self {
+        match status {
+            MirrorStatus::Starting => ViewStatus::Starting,
+            MirrorStatus::Watching { revision } => ViewStatus::Watching { revision },
+            MirrorStatus::Relisting { revision } => ViewStatus::Relisting { revision },
+            MirrorStatus::Failing {
+                revision,
+                since,
+                attempt,
+                failure,
+            } => ViewStatus::Failing {
+                revision,
+                since: clock.to_runtime(since),
+                attempt,
+                failure,
+            },
+            MirrorStatus::Closed => ViewStatus::Closed,
+        }
+    }
+
+    /// Publishes `status` on `tx` if it changed.
+    pub(crate) fn publish(tx: &watch::Sender<ViewStatus>, status: MirrorStatus, clock: Clock) {
+        let status = ViewStatus::of(status, clock);
+        tx.send_if_modified(|s| {
+            if *s == status {
+                false
+            } else {
+                *s = status;
+                true
+            }
+        });
     }
 }

@@ -28,6 +28,7 @@ use crate::error::Error;
 use crate::liveness::DEFAULT_PREFIX;
 use crate::metadata::HostMetadata;
 use crate::runner::{run, Host};
+use crate::status::ViewStatus;
 
 /// Options of [`HostWatcher::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,12 +148,24 @@ pub enum HostEvent<M> {
         revision: Revision,
     },
     /// The view was rebuilt from a fresh snapshot after the watch lost its
-    /// place (compaction); the differences came just before.
+    /// place (compaction), or because etcd was restored, wiped or replaced
+    /// (the reason says which); the differences came just before.
     Resynced {
         /// Why.
         reason: ResyncReason,
         /// Revision of the snapshot.
         revision: Revision,
+    },
+    /// Listing or watching failed; the watcher tries again in `retry_in`
+    /// (backoff). Until a later event, the view may be stale; `status()`
+    /// says since when.
+    Retrying {
+        /// Failures since the last success.
+        attempt: u32,
+        /// What failed (`None` never happens for a watcher today).
+        failure: Option<AttemptFailure>,
+        /// When the next attempt starts, from the failure.
+        retry_in: Duration,
     },
 }
 
@@ -164,6 +177,7 @@ pub struct HostWatcher<M = HostMetadata> {
     view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
     close: mpsc::UnboundedSender<()>,
     running: watch::Receiver<bool>,
+    status: watch::Receiver<ViewStatus>,
 }
 
 impl<M> HostWatcher<M>
@@ -204,7 +218,9 @@ where
         let (events_tx, events) = mpsc::channel(buffer);
         let (close, close_rx) = mpsc::unbounded_channel();
         let (running_tx, running) = watch::channel(true);
+        let (status_tx, status) = watch::channel(ViewStatus::Starting);
         let (ready_tx, ready) = oneshot::channel();
+        let clock = Clock::start();
         let view = Arc::new(Mutex::new(BTreeMap::new()));
         let host = WatcherHost {
             events: events_tx,
@@ -213,13 +229,16 @@ where
             view: Arc::clone(&view),
             ready: Some(ready_tx),
             running: running_tx,
+            status: status_tx,
+            clock,
         };
-        tokio::spawn(run(client, machine, host, Clock::start(), close_rx));
+        tokio::spawn(run(client, machine, host, clock, close_rx));
         let handle = HostWatcher {
             events,
             view,
             close,
             running,
+            status,
         };
         if opts.retry_first_snapshot {
             return Ok(handle);
@@ -241,6 +260,13 @@ where
     /// The live hosts as of the newest revision processed.
     pub fn view(&self) -> BTreeMap<String, HostRecord<M>> {
         lock(&self.view).clone()
+    }
+
+    /// What the watcher is doing: watching (the view is current), re-listing,
+    /// or failing since some time (the view may be stale; retries go on).
+    /// Each failure is also reported as a [`HostEvent::Retrying`].
+    pub fn status(&self) -> watch::Receiver<ViewStatus> {
+        self.status.clone()
     }
 
     /// Stops watching. Idempotent; returns once the background task ended.
@@ -288,6 +314,8 @@ struct WatcherHost<M> {
     view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
     ready: Option<oneshot::Sender<Result<(), Error>>>,
     running: watch::Sender<bool>,
+    status: watch::Sender<ViewStatus>,
+    clock: Clock,
 }
 
 impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost<M> {
@@ -305,7 +333,7 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
         }
     }
 
-    fn publish(&mut self, _now: Instant, event: Event) {
+    fn publish(&mut self, now: Instant, event: Event) {
         let out = match event {
             Event::Up { host, kv, revision } => {
                 let record = HostRecord::from_kv(&kv);
@@ -359,7 +387,13 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
             }
             Event::Retrying(retry) => {
                 debug!(attempt = retry.attempt, failure = ?retry.failure, "watcher retrying");
-                return;
+                HostEvent::Retrying {
+                    attempt: retry.attempt,
+                    failure: retry.failure,
+                    retry_in: Duration::from_millis(
+                        retry.next_at.as_millis().saturating_sub(now.as_millis()),
+                    ),
+                }
             }
             Event::StartFailed { reason } => {
                 let err = match reason {
@@ -380,7 +414,12 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
         self.outbox.push_back(out);
     }
 
+    fn drained(&mut self, machine: &Watcher) {
+        ViewStatus::publish(&self.status, machine.status(), self.clock);
+    }
+
     fn ended(&mut self, _machine: &Watcher) {
+        self.status.send_replace(ViewStatus::Closed);
         self.running.send_replace(false);
     }
 

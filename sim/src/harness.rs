@@ -495,6 +495,8 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: V
                 mod_revision: None,
                 revision: revision.0,
             },
+            // Retries change nothing the checker judges.
+            HostEvent::Retrying { .. } => continue,
         };
         w.record(What::WatcherEvent {
             watcher: i,

@@ -13,9 +13,13 @@
 
 #![forbid(unsafe_code)]
 
+mod cli;
+
 #[cfg(not(madsim))]
 fn main() {
     use std::process::Command;
+    // Answer --help, --version and bad flags at once, before any build.
+    let _ = <cli::Cli as clap::Parser>::parse();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(std::path::Path::to_path_buf)
@@ -75,49 +79,30 @@ mod campaign {
         generator: Generator,
     }
 
-    const USAGE: &str = "usage: coord-sim [--seeds N] [--start S] [--hosts N] [--faults N] [--duration SECS] [--jobs N] [--generator 1|2|3|4]\n       coord-sim --seed S [--hosts N] [--faults N] [--duration SECS] [--generator 1|2|3|4]";
-
-    fn parse() -> Result<Args, String> {
-        let mut a = Args {
-            seeds: 2000,
-            start: 1,
-            replay: None,
-            shape: Shape::default(),
-            jobs: std::thread::available_parallelism().map_or(2, |n| n.get()),
-            generator: Generator::default(),
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(flag) = it.next() {
-            if flag == "--help" || flag == "-h" {
-                return Err(USAGE.into());
-            }
-            let value = it
-                .next()
-                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-            let n: u64 = value
-                .parse()
-                .map_err(|_| format!("{flag}: not a number: {value}\n{USAGE}"))?;
-            match flag.as_str() {
-                "--seeds" => a.seeds = n,
-                "--start" => a.start = n,
-                "--seed" => a.replay = Some(n),
-                "--hosts" => a.shape.max_hosts = usize::try_from(n.clamp(1, 50)).unwrap_or(10),
-                "--faults" => a.shape.max_faults = usize::try_from(n.min(500)).unwrap_or(20),
-                "--duration" => a.shape.phase1 = Duration::from_secs(n.max(1)),
-                "--jobs" => a.jobs = usize::try_from(n.clamp(1, 64)).unwrap_or(2),
-                "--generator" => {
-                    a.generator = match n {
-                        1 => Generator::V1,
-                        2 => Generator::V2,
-                        3 => Generator::V3,
-                        4 => Generator::V4,
-                        _ => return Err(format!("--generator: 1, 2, 3 or 4\n{USAGE}")),
-                    }
-                }
-                _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
-            }
+    /// The command line (clap prints help and usage errors and exits).
+    fn parse() -> Args {
+        let cli = <crate::cli::Cli as clap::Parser>::parse();
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        Args {
+            seeds: cli.seeds,
+            start: cli.start,
+            replay: cli.seed,
+            shape: Shape {
+                max_hosts: count(cli.hosts),
+                max_faults: count(cli.faults),
+                phase1: Duration::from_secs(cli.duration),
+            },
+            jobs: cli.jobs.map_or_else(
+                || std::thread::available_parallelism().map_or(2, |n| n.get()),
+                count,
+            ),
+            generator: match cli.generator {
+                1 => Generator::V1,
+                2 => Generator::V2,
+                3 => Generator::V3,
+                _ => Generator::V4,
+            },
         }
-        Ok(a)
     }
 
     fn replay_command(seed: u64, shape: Shape, generator: Generator) -> String {
@@ -142,13 +127,7 @@ mod campaign {
     }
 
     pub fn main() -> i32 {
-        let args = match parse() {
-            Ok(a) => a,
-            Err(msg) => {
-                eprintln!("{msg}");
-                return 2;
-            }
-        };
+        let args = parse();
         if let Some(seed) = args.replay {
             // COORD_SIM_LOG=debug (a tracing filter) logs what the driver
             // does in the replayed run.

@@ -37,6 +37,11 @@ fn etcd_binary() -> PathBuf {
 }
 
 /// One etcd member.
+/// etcd's log level in tests: `COORD_TEST_ETCD_LOG`, else `warn`.
+fn log_level() -> String {
+    std::env::var("COORD_TEST_ETCD_LOG").unwrap_or_else(|_| "warn".into())
+}
+
 #[derive(Debug)]
 pub struct Member {
     pub name: String,
@@ -51,6 +56,11 @@ impl Member {
     /// `http://127.0.0.1:<client port>`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// What the member logged so far (warnings and errors).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     fn pid(&self) -> Option<Pid> {
@@ -156,7 +166,9 @@ impl EtcdCluster {
             .args(["--initial-cluster-token", &self.token])
             .args(["--heartbeat-interval", &self.heartbeat_ms.to_string()])
             .args(["--election-timeout", &self.election_ms.to_string()])
-            .args(["--logger", "zap", "--log-level", "warn"])
+            // COORD_TEST_ETCD_LOG=debug shows gRPC's own messages (a
+            // GOAWAY for too many pings, say).
+            .args(["--logger", "zap", "--log-level", &log_level()])
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)

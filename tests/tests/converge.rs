@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use coord::{
     BackoffConfig, HostEvent, HostLiveness, HostMetadata, HostWatcher, LeaseId, LivenessOptions,
-    ResyncReason, WatcherOptions,
+    ResyncReason, ViewStatus, WatcherOptions,
 };
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::proxy::{Mode, Proxy};
@@ -326,6 +326,24 @@ async fn a_prefix_larger_than_one_grpc_message_is_listed_and_relisted() {
             .unwrap();
     }
     etcd.compact().await;
+    // Cut off, the watcher says that its view may be stale: an event, and
+    // a state that stays until a success.
+    let e = drain_until(&mut w, Duration::from_secs(60), |e| {
+        matches!(e, HostEvent::Retrying { .. })
+    })
+    .await;
+    let HostEvent::Retrying {
+        attempt, failure, ..
+    } = e
+    else {
+        unreachable!()
+    };
+    assert!(attempt >= 1 && failure.is_some(), "{attempt} {failure:?}");
+    assert!(
+        matches!(*w.status().borrow(), ViewStatus::Failing { .. }),
+        "{:?}",
+        *w.status().borrow()
+    );
     proxy.set(Mode::Pass);
     let mut updated = 0;
     drain_until(&mut w, Duration::from_secs(60), |e| {
@@ -335,4 +353,12 @@ async fn a_prefix_larger_than_one_grpc_message_is_listed_and_relisted() {
     .await;
     assert_eq!(updated, 5);
     assert_eq!(seen(&w), truth(&direct).await);
+    let mut status = w.status();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        status.wait_for(|s| matches!(s, ViewStatus::Watching { .. })),
+    )
+    .await
+    .expect("watching again in time")
+    .unwrap();
 }
