@@ -39,6 +39,12 @@
 //! [`Mirror::next_output`] and folds its deadline.
 
 mod pages;
+mod status;
+mod verify;
+
+use status::Failing;
+pub use status::MirrorStatus;
+use verify::{Found, Verify};
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -178,6 +184,14 @@ pub enum ResyncReason {
         /// etcd's revision now.
         now: Revision,
     },
+    /// etcd's history at the revision already reflected is not the one
+    /// the view was built from: it was restored or wiped and has since
+    /// moved past that revision (found by reading back, before resuming a
+    /// watch, the key the view saw change last).
+    HistoryDiverged {
+        /// The revision reflected before.
+        seen: Revision,
+    },
     /// Another cluster answered (a replaced or restored cluster).
     ClusterChanged {
         /// The cluster seen before.
@@ -238,48 +252,6 @@ pub enum Change {
     Closed,
 }
 
-/// What a mirror is doing, readable at any time: whether its view is
-/// current, being rebuilt, or possibly stale because etcd keeps failing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MirrorStatus {
-    /// Not started, or the first listing is being read (no failure yet).
-    Starting,
-    /// A watch is open (or being opened after a success) and the view
-    /// reflects every change up to `revision`.
-    Watching {
-        /// Every change up to here is in the view.
-        revision: Revision,
-    },
-    /// The view is being rebuilt from a fresh listing (after a compaction,
-    /// or to check for a restored etcd); it may lag until then.
-    Relisting {
-        /// The revision the view reflects meanwhile.
-        revision: Revision,
-    },
-    /// Listing or watching failed and has not succeeded since: the view
-    /// may be stale. Cleared by the next listing or watch message that
-    /// succeeds.
-    Failing {
-        /// The revision the view reflects meanwhile.
-        revision: Revision,
-        /// When the first failure of this run happened.
-        since: Instant,
-        /// Failures so far.
-        attempt: u32,
-        /// The last failure.
-        failure: AttemptFailure,
-    },
-    /// Closed (terminal).
-    Closed,
-}
-
-/// A run of failures with no success between them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Failing {
-    since: Instant,
-    last: AttemptFailure,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
     /// Quiet; probe at `at` unless a message comes first.
@@ -306,6 +278,12 @@ enum State {
     Watching {
         stream: OpId,
         probe: Probe,
+    },
+    /// Reading back a key at the view's revision before resuming.
+    Verifying {
+        op: OpId,
+        deadline: Instant,
+        verify: Verify,
     },
     Waiting {
         next_at: Instant,
@@ -363,7 +341,7 @@ impl Mirror {
                 MirrorStatus::Starting
             }
             (State::Watching { .. }, None) => MirrorStatus::Watching { revision },
-            (State::Listing { .. } | State::Waiting { .. }, None) => {
+            (State::Listing { .. } | State::Waiting { .. } | State::Verifying { .. }, None) => {
                 MirrorStatus::Relisting { revision }
             }
         }
@@ -423,7 +401,7 @@ impl Mirror {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.state {
             State::Idle | State::Closed => None,
-            State::Listing { deadline, .. } => Some(*deadline),
+            State::Listing { deadline, .. } | State::Verifying { deadline, .. } => Some(*deadline),
             State::Watching { probe, .. } => Some(match probe {
                 Probe::Quiet { at } => *at,
                 Probe::Awaiting { deadline } => *deadline,
@@ -435,7 +413,7 @@ impl Mirror {
     /// True if `op` is a request or stream this mirror waits for.
     pub fn owns(&self, op: OpId) -> bool {
         match self.state {
-            State::Listing { op: o, .. } => o == op,
+            State::Listing { op: o, .. } | State::Verifying { op: o, .. } => o == op,
             State::Watching { stream, .. } => stream == op,
             State::Idle | State::Waiting { .. } | State::Closed => false,
         }
@@ -499,7 +477,9 @@ impl Mirror {
     pub fn close(&mut self) {
         match std::mem::replace(&mut self.state, State::Closed) {
             State::Closed => return,
-            State::Listing { op, .. } => self.cmd(Command::Abandon { op }),
+            State::Listing { op, .. } | State::Verifying { op, .. } => {
+                self.cmd(Command::Abandon { op })
+            }
             State::Watching { stream, .. } => self.cmd(Command::CancelWatch { stream }),
             State::Idle | State::Waiting { .. } => {}
         }
@@ -516,6 +496,10 @@ impl Mirror {
             } if now >= deadline => {
                 self.cmd(Command::Abandon { op });
                 self.list_failed(now, pages.reason(), AttemptFailure::Timeout);
+            }
+            State::Verifying { op, deadline, .. } if now >= deadline => {
+                self.cmd(Command::Abandon { op });
+                self.retry(now, AttemptFailure::Timeout, Then::Resume);
             }
             State::Watching {
                 stream,
@@ -538,7 +522,7 @@ impl Mirror {
                 };
             }
             State::Waiting { next_at, then } if now >= next_at => match then {
-                Then::Resume => self.watch(now, ids),
+                Then::Resume => self.resume(now, ids),
                 Then::List(reason) => self.list(now, reason, ids),
             },
             other => self.state = other,
@@ -556,6 +540,9 @@ impl Mirror {
             return Some(c);
         }
         match c {
+            Completion::Listed { outcome, .. } if matches!(self.state, State::Verifying { .. }) => {
+                self.on_verified(now, outcome, ids)
+            }
             Completion::Listed { op, outcome } => self.on_listed(now, op, outcome, ids),
             Completion::WatchMessage {
                 stream,
@@ -576,7 +563,9 @@ impl Mirror {
         // Whether etcd went back is judged by a linearizable read only.
         let consistency = match reason {
             ListReason::Check => Consistency::Linearizable,
-            ListReason::Initial | ListReason::Resync(_) => self.config.consistency,
+            ListReason::Initial | ListReason::Resync(_) | ListReason::Diverged(_) => {
+                self.config.consistency
+            }
         };
         self.list_with(now, reason, consistency, ids);
     }
@@ -603,6 +592,39 @@ impl Mirror {
             deadline: now + self.config.request_timeout,
             pages,
         };
+    }
+
+    /// Resumes the watch after a break, once a read-back found etcd's
+    /// history the same (see [`verify`]); an empty view resumes at once.
+    fn resume(&mut self, now: Instant, ids: &mut OpIds) {
+        let Some(verify) = Verify::of(self.view.values(), self.revision) else {
+            self.watch(now, ids);
+            return;
+        };
+        let op = ids.next();
+        self.cmd(Command::Range {
+            op,
+            request: verify.request(),
+        });
+        self.state = State::Verifying {
+            op,
+            deadline: now + self.config.request_timeout,
+            verify,
+        };
+    }
+
+    fn on_verified(&mut self, now: Instant, outcome: Outcome<Listing>, ids: &mut OpIds) {
+        let State::Verifying { verify, .. } = std::mem::replace(&mut self.state, State::Closed)
+        else {
+            return;
+        };
+        match verify.judge(outcome) {
+            Found::Same => self.watch(now, ids),
+            Found::Diverged => self.list(now, ListReason::Diverged(self.revision), ids),
+            Found::Compacted(rev) => self.list(now, ListReason::Resync(rev), ids),
+            Found::Behind => self.list(now, ListReason::Check, ids),
+            Found::Failed(failure) => self.retry(now, failure, Then::Resume),
+        }
     }
 
     fn watch(&mut self, now: Instant, ids: &mut OpIds) {
@@ -670,8 +692,9 @@ impl Mirror {
             Outcome::Err(Failure::TooLarge(_)) if pages.shrink() => {
                 self.request_page(now, pages, ids)
             }
-            // The pinned revision was compacted between pages: start over.
-            Outcome::Err(Failure::Compacted(_)) if pages.pinned() => {
+            // The pinned revision was compacted between pages, or etcd went
+            // behind it (restored, or another member answered): start over.
+            Outcome::Err(Failure::Compacted(_) | Failure::FutureRevision) if pages.pinned() => {
                 self.request_page(now, pages.restarted(), ids)
             }
             failed => {
@@ -762,6 +785,10 @@ impl Mirror {
             (None, ListReason::Initial) => Some(Change::Synced { revision }),
             (None, ListReason::Resync(compact_revision)) => Some(Change::Resynced {
                 reason: ResyncReason::Compacted { compact_revision },
+                revision,
+            }),
+            (None, ListReason::Diverged(seen)) => Some(Change::Resynced {
+                reason: ResyncReason::HistoryDiverged { seen },
                 revision,
             }),
             // etcd was not restored: the differences (if any) were changes

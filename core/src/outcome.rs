@@ -15,6 +15,10 @@ pub enum Failure {
     /// The requested revision is compacted; `0` is the compact revision.
     #[error("revision compacted (compact revision {0})")]
     Compacted(i64),
+    /// The requested revision is ahead of etcd's (a lagging member, or an
+    /// etcd restored or wiped behind what was seen).
+    #[error("revision ahead of etcd's")]
+    FutureRevision,
     /// A stream (watch, keep-alive) ended or broke.
     #[error("stream closed: {0}")]
     StreamClosed(String),
@@ -34,9 +38,10 @@ impl Failure {
     /// How a retry after this failure is paced.
     pub fn class(&self) -> crate::FailureClass {
         match self {
-            Failure::Unavailable(_) | Failure::StreamClosed(_) | Failure::LeaseNotFound => {
-                crate::FailureClass::Fast
-            }
+            Failure::Unavailable(_)
+            | Failure::StreamClosed(_)
+            | Failure::LeaseNotFound
+            | Failure::FutureRevision => crate::FailureClass::Fast,
             Failure::Compacted(_)
             | Failure::Overloaded(_)
             | Failure::TooLarge(_)

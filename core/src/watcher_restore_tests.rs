@@ -506,3 +506,112 @@ fn status_says_when_the_view_may_be_stale_and_since_when() {
     drain(&mut m);
     assert_eq!(m.status(), MirrorStatus::Closed);
 }
+
+#[test]
+fn a_restore_already_past_the_view_is_found_by_the_read_back_before_resuming() {
+    // Watching a and b at 10; the stream breaks. Meanwhile etcd was wiped
+    // and has moved past revision 10: no header will ever be behind.
+    let mut m = watching_a();
+    m.handle(
+        t(5),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::StreamClosed("etcd restarted".into()),
+        }),
+    )
+    .unwrap();
+    assert!(drain(&mut m).iter().any(is_retrying));
+    let sent = after_retry(&mut m);
+    let read_back = cmd(Command::Range {
+        op: OpId(3),
+        request: RangeRequest {
+            get: Get::key(key("b")),
+            consistency: Consistency::Linearizable,
+            after: None,
+            revision: Revision(10),
+        },
+    });
+    assert_eq!(sent, vec![read_back]);
+    // At revision 10 etcd has another b (re-registered under a new lease).
+    page(&mut m, 300, 3, vec![kv("b", "B", 9, 31)], 40, false, A);
+    assert_eq!(drain(&mut m), vec![lin(4)]);
+    page(
+        &mut m,
+        310,
+        4,
+        vec![kv("b", "B", 9, 31), kv("c", "C", 12, 32)],
+        40,
+        false,
+        A,
+    );
+    let out = drain(&mut m);
+    assert_eq!(
+        out,
+        vec![
+            ev(Event::Down {
+                host: "a".into(),
+                last_seen: kv("a", "A", 3, 7),
+                revision: Revision(40),
+            }),
+            ev(Event::Updated {
+                host: "b".into(),
+                kv: kv("b", "B", 9, 31),
+                previous: kv("b", "B", 4, 8),
+                revision: Revision(40),
+            }),
+            ev(Event::Up {
+                host: "c".into(),
+                kv: kv("c", "C", 12, 32),
+                revision: Revision(40),
+            }),
+            ev(Event::Resynced {
+                reason: ResyncReason::HistoryDiverged { seen: Revision(10) },
+                revision: Revision(40),
+            }),
+            watch(5, 41),
+        ]
+    );
+}
+
+#[test]
+fn a_read_back_ahead_of_etcd_or_compacted_relists_and_a_failed_one_retries() {
+    for (answer, then) in [
+        (Failure::FutureRevision, lin(4)),
+        (Failure::Compacted(30), lin(4)),
+    ] {
+        let mut m = watching_a();
+        header(&mut m, 5, 2, MessageKind::Progress, 10, A);
+        m.handle(
+            t(6),
+            Input::Io(Completion::WatchClosed {
+                stream: OpId(2),
+                failure: Failure::StreamClosed("broken".into()),
+            }),
+        )
+        .unwrap();
+        drain(&mut m);
+        assert_eq!(after_retry(&mut m).len(), 1);
+        failed(&mut m, 400, 3, answer.clone());
+        assert_eq!(drain(&mut m), vec![then], "{answer:?}");
+    }
+    let mut m = watching_a();
+    m.handle(
+        t(6),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::StreamClosed("broken".into()),
+        }),
+    )
+    .unwrap();
+    drain(&mut m);
+    after_retry(&mut m);
+    failed(&mut m, 400, 3, Failure::Unavailable("refused".into()));
+    let out = drain(&mut m);
+    assert!(out.iter().any(is_retrying), "{out:?}");
+    // The retry reads back again.
+    let again = after_retry(&mut m);
+    assert!(
+        matches!(again.as_slice(), [Output::Command(Command::Range { request, .. })] if request.revision == Revision(10)),
+        "{again:?}"
+    );
+}

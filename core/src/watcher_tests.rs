@@ -101,6 +101,19 @@ fn range(op: u64) -> Output {
     })
 }
 
+/// The read-back of `host`'s key at `rev` before a watch resumes.
+fn read_back(op: u64, host: &str, rev: i64) -> Output {
+    cmd(Command::Range {
+        op: OpId(op),
+        request: RangeRequest {
+            get: Get::key(key(host)),
+            consistency: Consistency::Linearizable,
+            after: None,
+            revision: Revision(rev),
+        },
+    })
+}
+
 fn watch(op: u64, from: i64) -> Output {
     cmd(Command::Watch {
         op: OpId(op),
@@ -294,12 +307,16 @@ fn a_broken_stream_resumes_from_the_last_revision_and_skips_replays() {
     let at = m.poll_timeout().unwrap();
     assert!(at <= t(106), "{at}");
     m.handle(at, Input::Timeout).unwrap();
-    assert_eq!(drain(&mut m), vec![watch(3, 12)]);
+    // Before resuming, the key seen changing last is read back at the
+    // revision reflected: the same history, so the watch resumes.
+    assert_eq!(drain(&mut m), vec![read_back(3, "c", 11)]);
+    listed(&mut m, 150, 3, vec![kv("c", "C", 11, 9)], 11);
+    assert_eq!(drain(&mut m), vec![watch(4, 12)]);
     // A replayed event and a late message from the old stream: nothing.
     message(
         &mut m,
         200,
-        3,
+        4,
         MessageKind::Events,
         vec![
             put(kv("c", "C", 11, 9), None),
@@ -409,12 +426,14 @@ fn a_silent_stream_is_probed_and_replaced() {
     ));
     let at = m.poll_timeout().unwrap();
     m.handle(at, Input::Timeout).unwrap();
-    assert_eq!(drain(&mut m), vec![watch(3, 26)]);
+    assert_eq!(drain(&mut m), vec![read_back(3, "b", 25)]);
+    listed(&mut m, at.as_millis(), 3, vec![kv("b", "B", 4, 8)], 25);
+    assert_eq!(drain(&mut m), vec![watch(4, 26)]);
     // A created header revision does not move the resume point.
     message(
         &mut m,
         at.as_millis() + 1,
-        3,
+        4,
         MessageKind::Created,
         vec![],
         99,

@@ -26,6 +26,10 @@ pub enum EtcdError {
         /// etcd's current compaction revision, or 0 if it did not say.
         compact_revision: i64,
     },
+    /// The revision asked for is ahead of etcd's ("required revision is a
+    /// future revision"): a lagging member, or an etcd restored or wiped.
+    #[error("revision ahead of etcd's")]
+    FutureRevision,
     /// etcd is overloaded or rate limiting.
     #[error("etcd overloaded: {0}")]
     Overloaded(String),
@@ -59,6 +63,7 @@ impl EtcdError {
             EtcdError::Compacted { compact_revision } => Failure::Compacted(compact_revision),
             EtcdError::Overloaded(m) => Failure::Overloaded(m),
             EtcdError::TooLarge(m) => Failure::TooLarge(m),
+            EtcdError::FutureRevision => Failure::FutureRevision,
             EtcdError::Indeterminate(m) => Failure::StreamClosed(m),
             EtcdError::Other(m) => Failure::Other(m),
         }

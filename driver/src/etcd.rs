@@ -34,6 +34,7 @@ pub fn classify(e: etcd_client::Error) -> EtcdError {
                 Code::OutOfRange if msg.contains("compacted") => EtcdError::Compacted {
                     compact_revision: 0,
                 },
+                Code::OutOfRange if msg.contains("future revision") => EtcdError::FutureRevision,
                 Code::ResourceExhausted => EtcdError::Overloaded(msg),
                 Code::DeadlineExceeded
                 | Code::Cancelled

@@ -115,6 +115,8 @@ pub struct Verdict {
     pub detection_ms: Vec<u64>,
     /// Path clear to registered again, ms.
     pub heal_ms: Vec<u64>,
+    /// The same, by what cleared: (kind, ms).
+    pub heal_by_kind: Vec<(&'static str, u64)>,
     /// etcd change to watcher event, ms (undisturbed watchers only).
     pub lag_ms: Vec<u64>,
     /// Most lease grants etcd served in any one second after the first,
@@ -240,6 +242,8 @@ fn lease_matches(
         .iter()
         .filter_map(|r| match r.what {
             What::Fault(Fault::RevokeLease { host }) => Some((host, r.at_ms)),
+            // A wipe revokes every lease.
+            What::Fault(Fault::Wipe { .. }) => Some((usize::MAX, r.at_ms)),
             _ => None,
         })
         .collect();
@@ -252,9 +256,9 @@ fn lease_matches(
                 .iter()
                 .any(|(h, r)| *h == i && *at >= *r && *at < *r + ms(SAMPLE_EVERY) * 2);
             let ttl = case.ttls.get(i).copied().unwrap_or(2).max(2) * 1000;
-            let learning = revoked
-                .iter()
-                .any(|(h, r)| *h == i && *at >= *r && *at <= *r + ttl + ms(SAMPLE_EVERY));
+            let learning = revoked.iter().any(|(h, r)| {
+                (*h == i || *h == usize::MAX) && *at >= *r && *at <= *r + ttl + ms(SAMPLE_EVERY)
+            });
             if just_resumed || learning {
                 continue;
             }
@@ -503,20 +507,33 @@ pub(crate) fn expiry_deadline(from: u64, ttl_ms: u64, windows: &[(u64, u64)]) ->
 }
 
 /// From each moment a host's path to etcd clears (partition ended, pause
-/// ended, restart, global heal) while it is not registered, to the first
-/// sample where it is, unless a new fault touches it first.
+/// ended, restart, etcd answering again after a leader change, unanswered
+/// requests or a wipe, the global heal) while it is not registered, to the
+/// first sample where it is, unless a new fault touches it first. Kept by
+/// what cleared.
 fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
     let n = samples.first().map_or(0, |(_, s)| s.len());
-    let mut clears: Vec<(usize, u64)> = Vec::new();
+    let mut clears: Vec<(usize, u64, &'static str)> = Vec::new();
     for r in &history.records {
+        let everyone = |kind, at: u64| (0..n).map(move |h| (h, at, kind));
         match r.what {
-            What::PartitionEnded { host } | What::Resumed { host } | What::Restarted { host } => {
-                clears.push((host, r.at_ms))
+            What::PartitionEnded { host } => clears.push((host, r.at_ms, "partition")),
+            What::Resumed { host } => clears.push((host, r.at_ms, "GC pause")),
+            What::Restarted { host } => clears.push((host, r.at_ms, "host crash")),
+            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+                clears.extend(everyone("leader change", r.at_ms + unavailable_ms));
             }
-            What::HealAll => clears.extend((0..n).map(|h| (h, r.at_ms))),
+            What::Fault(Fault::DropReplies { ms }) => {
+                clears.extend(everyone("unanswered requests", r.at_ms + ms));
+            }
+            What::Fault(Fault::Wipe { down_ms, .. }) => {
+                clears.extend(everyone("etcd wiped", r.at_ms + down_ms));
+            }
+            What::HealAll => clears.extend(everyone("global heal", r.at_ms)),
             _ => {}
         }
     }
+    clears.sort_by_key(|c| c.1);
     let disturbs = |host: usize, from: u64, to: u64| {
         history.records.iter().any(|r| {
             r.at_ms > from
@@ -526,13 +543,29 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
                     | What::Fault(Fault::Pause { host: h, .. })
                     | What::Fault(Fault::Crash { host: h, .. }) => *h == host,
                     What::Fault(Fault::RevokeLease { host: h }) => *h == host,
-                    What::Fault(Fault::LeaderChange { .. } | Fault::DropReplies { .. }) => true,
+                    What::Fault(
+                        Fault::LeaderChange { .. } | Fault::DropReplies { .. } | Fault::Wipe { .. },
+                    ) => true,
                     What::StopAll => true,
                     _ => false,
                 }
         })
     };
-    for (host, at) in clears {
+    // An outage still on at a clear (another fault's) is not cleared.
+    let outages: Vec<(u64, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::LeaderChange { unavailable_ms: d })
+            | What::Fault(Fault::DropReplies { ms: d })
+            | What::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
+            _ => None,
+        })
+        .collect();
+    for (host, at, kind) in clears {
+        if kind != "global heal" && outages.iter().any(|(s, e)| *s < at && at < *e) {
+            continue;
+        }
         let Some((_, first)) = samples.iter().find(|(t, _)| *t >= at) else {
             continue;
         };
@@ -545,6 +578,7 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
         {
             if !disturbs(host, at, *t) {
                 v.heal_ms.push(t - at);
+                v.heal_by_kind.push((kind, t - at));
             }
         }
     }

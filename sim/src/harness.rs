@@ -489,8 +489,13 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: V
                 mod_revision: None,
                 revision: revision.0,
             },
-            HostEvent::Resynced { revision, .. } => WatcherEventRecord {
-                kind: WatcherEventKind::Resynced,
+            HostEvent::Resynced { revision, reason } => WatcherEventRecord {
+                kind: match reason {
+                    coord::ResyncReason::Compacted { .. } => WatcherEventKind::Resynced,
+                    coord::ResyncReason::RevisionWentBack { .. }
+                    | coord::ResyncReason::HistoryDiverged { .. }
+                    | coord::ResyncReason::ClusterChanged { .. } => WatcherEventKind::Restored,
+                },
                 host: None,
                 mod_revision: None,
                 revision: revision.0,
@@ -692,6 +697,43 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
             }
             node.is_some()
         }
+        Fault::WatcherCrash { watcher, down_ms } => {
+            let node = {
+                let mut f = fleet(&w.fleet);
+                let slot = &mut f.watchers[watcher];
+                if slot.proc.condition == Condition::Alive {
+                    slot.proc.condition = Condition::Crashed;
+                    slot.view = None;
+                    Some(slot.proc.node)
+                } else {
+                    None
+                }
+            };
+            if let Some(node) = node {
+                handle.kill(node);
+                let w2 = w.clone();
+                madsim::task::spawn(async move {
+                    sleep(Duration::from_millis(down_ms)).await;
+                    restart_watcher(&w2, watcher);
+                });
+            }
+            node.is_some()
+        }
+        Fault::Wipe {
+            new_cluster,
+            down_ms,
+        } => {
+            if let Some(node) = handle.get_node(w.etcd_node) {
+                node.spawn(server::wipe(
+                    w.etcd.clone(),
+                    w.etcd_ep.clone(),
+                    w.start,
+                    Duration::from_millis(down_ms),
+                    new_cluster,
+                ));
+            }
+            true
+        }
         // Taken by the contenders above.
         Fault::ContenderCrash { .. }
         | Fault::ContenderPartition { .. }
@@ -703,6 +745,20 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
     if applied {
         w.record(What::Fault(fault.clone()));
     }
+}
+
+fn restart_watcher(w: &World, watcher: usize) {
+    let node = {
+        let mut f = fleet(&w.fleet);
+        let slot = &mut f.watchers[watcher];
+        if slot.proc.condition != Condition::Crashed {
+            return;
+        }
+        slot.proc.condition = Condition::Alive;
+        slot.proc.node
+    };
+    Handle::current().restart(node);
+    w.record(What::WatcherRestarted { watcher });
 }
 
 fn restart(w: &World, host: usize) {
@@ -751,6 +807,7 @@ fn heal_all(w: &World) {
         if resumed {
             w.record(What::WatcherResumed { watcher });
         }
+        restart_watcher(w, watcher);
     }
     let now = w.now();
     let mut st = lock(&w.etcd);

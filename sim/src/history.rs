@@ -99,6 +99,12 @@ pub enum What {
         /// Watcher index.
         watcher: usize,
     },
+    /// A crashed watcher process started again (a new watcher: its
+    /// events start over with a snapshot).
+    WatcherRestarted {
+        /// Watcher index.
+        watcher: usize,
+    },
     /// A watcher's handle delivered an event to its consumer.
     WatcherEvent {
         /// Watcher index.
@@ -298,8 +304,11 @@ pub enum WatcherEventKind {
     Down,
     /// The first snapshot is complete.
     Synced,
-    /// The view was rebuilt.
+    /// The view was rebuilt (after a compaction).
     Resynced,
+    /// The view was rebuilt because etcd's revision went back or its
+    /// cluster changed (a wipe): revisions start over here.
+    Restored,
 }
 
 /// Host index to mod revision.

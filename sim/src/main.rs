@@ -100,7 +100,8 @@ mod campaign {
                 1 => Generator::V1,
                 2 => Generator::V2,
                 3 => Generator::V3,
-                _ => Generator::V4,
+                4 => Generator::V4,
+                _ => Generator::V5,
             },
         }
     }
@@ -121,7 +122,8 @@ mod campaign {
             Generator::V1 => cmd += " --generator 1",
             Generator::V2 => cmd += " --generator 2",
             Generator::V3 => cmd += " --generator 3",
-            Generator::V4 => {}
+            Generator::V4 => cmd += " --generator 4",
+            Generator::V5 => {}
         }
         cmd
     }

@@ -58,6 +58,8 @@ pub enum DeleteCause {
     Revoked,
     /// Its lease expired.
     Expired,
+    /// etcd was wiped (or restored from an older snapshot).
+    Wiped,
 }
 
 impl Event {
@@ -258,6 +260,18 @@ impl EtcdModel {
             next_lease: 0x694d_0000_0000,
             min_ttl: 2,
         }
+    }
+
+    /// etcd wiped: every key, lease and event gone, the revision back at 1
+    /// (lease ids keep counting, as a new etcd's would not repeat them).
+    /// Returns the keys that were present.
+    pub fn wipe(&mut self) -> Vec<KeyValue> {
+        let gone = std::mem::take(&mut self.kvs).into_values().collect();
+        self.leases.clear();
+        self.history.clear();
+        self.revision = 1;
+        self.compacted = 0;
+        gone
     }
 
     /// The current revision.

@@ -61,6 +61,14 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
             _ => None,
         })
         .collect();
+    let restarts: Vec<(usize, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::WatcherRestarted { watcher } => Some((watcher, r.at_ms)),
+            _ => None,
+        })
+        .collect();
     let stop_at = history
         .records
         .iter()
@@ -85,7 +93,12 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
             }
         }
         for (w, obs) in &seen {
-            sound_and_complete(&name, *w, obs, &truth, &compactions, v);
+            let restarted: Vec<u64> = restarts
+                .iter()
+                .filter(|(x, _)| x == w)
+                .map(|(_, t)| *t)
+                .collect();
+            sound_and_complete(&name, *w, obs, &truth, (&compactions, &restarted), v);
             if let Some(stop) = stop_at {
                 converged(&name, *w, obs, &truth, stop, v);
             }
@@ -98,7 +111,7 @@ fn sound_and_complete(
     w: usize,
     obs: &[(u64, i64, &Leader)],
     truth: &[(i64, u64, Leader)],
-    compactions: &[(u64, i64)],
+    (compactions, restarts): (&[(u64, i64)], &[u64]),
     v: &mut Verdict,
 ) {
     for (i, (t, rev, leader)) in obs.iter().enumerate() {
@@ -112,9 +125,14 @@ fn sound_and_complete(
                 format!("watcher {w} observed {name} led by {leader:?} at revision {rev}; etcd's leader was {real:?}"),
             );
         }
-        let Some((_, prev_rev, prev)) = i.checked_sub(1).map(|p| obs[p]) else {
+        let Some((prev_t, prev_rev, prev)) = i.checked_sub(1).map(|p| obs[p]) else {
             continue;
         };
+        // The process crashed and started again in between: a new
+        // observer, owing nothing of what happened before it started.
+        if restarts.iter().any(|r| prev_t < *r && *r <= *t) {
+            continue;
+        }
         if *rev <= prev_rev {
             v.violate(
                 Invariant::ObserverSound,

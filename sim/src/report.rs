@@ -25,6 +25,8 @@ pub struct Summary {
     pub detection_ms: Vec<u64>,
     /// Path clear to registered again, ms.
     pub heal_ms: Vec<u64>,
+    /// The same, by what cleared the path.
+    pub heal_by_kind: BTreeMap<&'static str, Vec<u64>>,
     /// `stop` calls that etcd confirmed / could not confirm.
     pub stops: (u64, u64),
     /// etcd change to watcher event, ms.
@@ -53,6 +55,9 @@ impl Summary {
         self.checks += r.verdict.checks;
         self.detection_ms.extend(&r.verdict.detection_ms);
         self.heal_ms.extend(&r.verdict.heal_ms);
+        for (kind, ms) in &r.verdict.heal_by_kind {
+            self.heal_by_kind.entry(kind).or_default().push(*ms);
+        }
         self.lag_ms.extend(&r.verdict.lag_ms);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
         self.failover_ms.extend(&r.verdict.failover_ms);
@@ -106,6 +111,14 @@ impl Summary {
             "heal latency p50/p99/max",
             percentiles(&self.heal_ms)
         );
+        for (kind, ms) in &self.heal_by_kind {
+            let _ = writeln!(
+                out,
+                "{:<34} {:>14}",
+                format!("  after {kind} ({})", ms.len()),
+                percentiles(ms)
+            );
+        }
         let _ = writeln!(
             out,
             "{:<34} {:>14}",

@@ -126,6 +126,24 @@ pub enum Fault {
         /// Name index.
         name: usize,
     },
+    /// A watcher process crashes and restarts later (a new watcher,
+    /// starting from a fresh listing).
+    WatcherCrash {
+        /// Watcher index.
+        watcher: usize,
+        /// Down for, ms.
+        down_ms: u64,
+    },
+    /// etcd is wiped (or restored from a snapshot older than anything
+    /// written): it restarts empty after `down_ms`, its revision back at 1,
+    /// every lease gone, under the same cluster id or (`new_cluster`) a new
+    /// one. Only in cases without election or lock processes.
+    Wipe {
+        /// A new cluster id (a replaced cluster) or the same (a restore).
+        new_cluster: bool,
+        /// etcd is down for, ms.
+        down_ms: u64,
+    },
 }
 
 /// What an election or lock process runs.
@@ -171,6 +189,8 @@ impl Fault {
             Fault::DeleteLeaderKey { .. } => "leader key deleted outside",
             Fault::DeleteWaiterKey { .. } => "waiter key deleted outside",
             Fault::RevokeLeaderLease { .. } => "leader lease revoked outside",
+            Fault::WatcherCrash { .. } => "watcher crash",
+            Fault::Wipe { .. } => "etcd wiped",
         }
     }
 }
@@ -283,8 +303,11 @@ pub enum Generator {
     /// V3 plus election, lock and pool processes and their faults
     /// (crashes, partitions, pauses, outside deletes of leader and waiter
     /// keys, outside revokes of a leader's lease).
-    #[default]
     V4,
+    /// V4 plus watcher crashes and etcd wiped or replaced (cases with a
+    /// wipe have no election or lock processes; half the cases have none).
+    #[default]
+    V5,
 }
 
 fn fault(generator: Generator) -> BoxedStrategy<Fault> {
@@ -292,7 +315,21 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V1 => fault_v1().boxed(),
         Generator::V2 => fault_v2().boxed(),
         Generator::V3 => fault_v3().boxed(),
-        Generator::V4 => prop_oneof![
+        Generator::V4 => fault_v4().boxed(),
+        Generator::V5 => prop_oneof![
+            10 => fault_v4(),
+            1 => (0usize..WATCHERS, 500u64..20_000)
+                .prop_map(|(watcher, down_ms)| Fault::WatcherCrash { watcher, down_ms }),
+            1 => (any::<bool>(), 100u64..5_000)
+                .prop_map(|(new_cluster, down_ms)| Fault::Wipe { new_cluster, down_ms }),
+        ]
+        .boxed(),
+    }
+}
+
+// V4 is frozen: its structure decides the values a seed yields.
+fn fault_v4() -> impl Strategy<Value = Fault> {
+    prop_oneof![
             6 => fault_v3(),
             1 => contender_crash(),
             1 => contender_partition(),
@@ -300,9 +337,7 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
             1 => (0usize..8).prop_map(|name| Fault::DeleteLeaderKey { name }),
             1 => (0usize..8).prop_map(|name| Fault::DeleteWaiterKey { name }),
             1 => (0usize..8).prop_map(|name| Fault::RevokeLeaderLease { name }),
-        ]
-        .boxed(),
-    }
+    ]
 }
 
 // V3 is frozen: its structure decides the values a seed yields.
@@ -481,6 +516,18 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
         }
         Generator::V4 => (base, contenders())
             .prop_map(move |(b, c)| build(b, c))
+            .boxed(),
+        Generator::V5 => (base, prop_oneof![contenders(), Just((Vec::new(), 0usize))])
+            .prop_map(move |(b, c)| {
+                let mut case = build(b, c);
+                // A wipe would restart the revisions the election
+                // checkers index etcd's history by.
+                if !case.contenders.is_empty() {
+                    case.faults
+                        .retain(|f| !matches!(f.fault, Fault::Wipe { .. }));
+                }
+                case
+            })
             .boxed(),
     }
 }

@@ -288,14 +288,22 @@ pub async fn flush_watches(state: SharedEtcd, ep: Endpoint) {
 /// some were left out. The header names the current revision.
 fn range(st: &EtcdState, request: &core_io::RangeRequest) -> Reply {
     let get = &request.get;
-    let mut kvs: Vec<model::KeyValue> = if request.revision.0 > 0 && get.prefix {
+    let mut kvs: Vec<model::KeyValue> = if request.revision.0 > 0 {
+        // A read in the past: the keys as they were then (one key, or
+        // every key under a prefix).
         match st.model.range(&get.key.0, Some(request.revision.0)) {
-            Ok((kvs, _)) => kvs,
+            Ok((mut kvs, _)) => {
+                if !get.prefix {
+                    kvs.retain(|kv| kv.key == get.key.0);
+                }
+                kvs
+            }
             Err(ModelError::Compacted(rev)) => {
                 return Reply::Failed(EtcdError::Compacted {
                     compact_revision: rev,
                 })
             }
+            Err(ModelError::FutureRevision) => return Reply::Failed(EtcdError::FutureRevision),
             Err(e) => return Reply::Failed(EtcdError::Other(format!("{e:?}"))),
         }
     } else {
@@ -397,7 +405,7 @@ fn failed(e: ModelError) -> Reply {
         ModelError::Compacted(rev) => EtcdError::Compacted {
             compact_revision: rev,
         },
-        ModelError::FutureRevision => EtcdError::Other("future revision".into()),
+        ModelError::FutureRevision => EtcdError::FutureRevision,
     })
 }
 
@@ -556,25 +564,88 @@ pub async fn leader_change(
     let now = now_ms(start);
     let streams = {
         let mut st = lock(&state);
-        st.epoch += 1;
-        let until = now + u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
-        st.unavailable_until = st.unavailable_until.max(until);
+        let until = st.outage(now, window);
         st.model.reset_lease_ttls(until);
-        let mut streams: Vec<((SocketAddr, u64), u64)> = std::mem::take(&mut st.streams)
+        st.drop_streams()
+    };
+    broken(&ep, streams, "leader changed").await;
+}
+
+/// etcd wiped (or restored from a snapshot older than anything written):
+/// down for `window`, then back empty at revision 1 with no lease, under a
+/// new cluster id if `new_cluster`. Every key's disappearance is logged at
+/// the wipe. Must run on the etcd node.
+pub async fn wipe(
+    state: SharedEtcd,
+    ep: Endpoint,
+    start: madsim::time::Instant,
+    window: Duration,
+    new_cluster: bool,
+) {
+    let now = now_ms(start);
+    let streams = {
+        let mut st = lock(&state);
+        st.outage(now, window);
+        let prefix = coord::DEFAULT_PREFIX.as_bytes();
+        for kv in st.model.wipe() {
+            if kv.key.starts_with(prefix) {
+                st.key_changes.push((now, kv.key.clone(), 1, false));
+                continue;
+            }
+            st.other_changes.push(crate::history::LogEntry {
+                at_ms: now,
+                revision: 1,
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
+                present: false,
+                create_revision: kv.create_revision,
+                value: Vec::new(),
+                lease: kv.lease,
+                cause: Some(model::DeleteCause::Wiped),
+            });
+        }
+        // Revisions start over: later changes are logged from 2.
+        st.revision_times.push((1, now));
+        if new_cluster {
+            st.cluster = st.cluster.wrapping_mul(31).wrapping_add(7);
+        }
+        st.changed.notify_one();
+        st.drop_streams()
+    };
+    broken(&ep, streams, "etcd restarted").await;
+}
+
+impl EtcdState {
+    /// No answers until `now + window` (the later of that and any outage
+    /// already on); streams opened before are dead. Returns its end.
+    fn outage(&mut self, now: u64, window: Duration) -> u64 {
+        self.epoch += 1;
+        let until = now + u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+        self.unavailable_until = self.unavailable_until.max(until);
+        until
+    }
+
+    /// Forgets every open stream; returns them (with their next message
+    /// number) so their clients can be told.
+    fn drop_streams(&mut self) -> Vec<((SocketAddr, u64), u64)> {
+        let mut streams: Vec<((SocketAddr, u64), u64)> = std::mem::take(&mut self.streams)
             .into_iter()
             .map(|(k, (_, seq))| (k, seq))
             .collect();
         streams.extend(
-            std::mem::take(&mut st.watches)
+            std::mem::take(&mut self.watches)
                 .into_iter()
                 .map(|(k, w)| (k, w.seq)),
         );
         streams
-    };
+    }
+}
+
+/// Tells each stream's client that it broke.
+async fn broken(ep: &Endpoint, streams: Vec<((SocketAddr, u64), u64)>, why: &str) {
     for ((addr, tag), seq) in streams {
         let msg = StreamMessage {
             seq,
-            body: StreamBody::Broken("leader changed".into()),
+            body: StreamBody::Broken(why.into()),
         };
         let _ = ep.send_to_raw(addr, tag, Box::new(msg)).await;
     }

@@ -15,14 +15,26 @@ fn ms(d: std::time::Duration) -> u64 {
 }
 
 /// Intervals (start, end) during which watcher `w` may legitimately lag:
-/// its own partitions and pauses, etcd leader changes, unanswered
-/// requests, and compactions (which force a re-list).
+/// its own partitions, pauses and crashes, etcd leader changes, wipes,
+/// unanswered requests, and compactions (which force a re-list).
 fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut open_partition = None;
     let mut open_pause = None;
+    let mut open_crash = None;
     for r in &history.records {
         match &r.what {
+            What::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w => {
+                open_crash.get_or_insert(r.at_ms);
+            }
+            What::WatcherRestarted { watcher } if *watcher == w => {
+                if let Some(s) = open_crash.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::Wipe { down_ms, .. }) => {
+                out.push((r.at_ms, r.at_ms + down_ms));
+            }
             What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w => {
                 open_partition.get_or_insert(r.at_ms);
             }
@@ -47,7 +59,11 @@ fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
             _ => {}
         }
     }
-    for s in open_partition.into_iter().chain(open_pause) {
+    for s in open_partition
+        .into_iter()
+        .chain(open_pause)
+        .chain(open_crash)
+    {
         out.push((s, u64::MAX));
     }
     out
@@ -60,14 +76,19 @@ pub(crate) fn watchers(
     v: &mut Verdict,
 ) {
     let bound = ms(watcher_bound());
-    let revision_times: BTreeMap<i64, u64> = history
+    // When each revision was made, in the order made: revisions start over
+    // after a wipe, so the map is built as time passes (a revision then
+    // means the latest one made with that number).
+    let made: Vec<(i64, u64)> = history
         .records
         .iter()
         .find_map(|r| match &r.what {
-            What::RevisionTimes(t) => Some(t.iter().copied().collect()),
+            What::RevisionTimes(t) => Some(t.clone()),
             _ => None,
         })
         .unwrap_or_default();
+    let mut revision_times: BTreeMap<i64, u64> = BTreeMap::new();
+    let mut made_applied = 0;
     let disturbed: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
         .map(|w| watcher_disturbances(history, w))
         .collect();
@@ -76,6 +97,9 @@ pub(crate) fn watchers(
     let mut views: Vec<HostView> = vec![HostView::new(); WATCHERS];
     let mut last_rev = [0i64; WATCHERS];
     let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
+    // A revision that went back (the differences of a restore come before
+    // its `Restored`): when, and from what.
+    let mut went_back: Vec<Option<(u64, i64)>> = vec![None; WATCHERS];
     // The exact truth: every host-key change, in time order.
     let changes: Vec<(u64, usize, i64, bool)> = history
         .records
@@ -94,24 +118,58 @@ pub(crate) fn watchers(
     let convergence_at = heal_at.map(|h| h + bound);
     let mut convergence_checked = false;
     for r in &history.records {
+        for (rev, t) in made[made_applied..]
+            .iter()
+            .take_while(|(_, t)| *t <= r.at_ms)
+        {
+            revision_times.insert(*rev, *t);
+            made_applied += 1;
+        }
         match &r.what {
+            What::WatcherRestarted { watcher } => {
+                // A new watcher: it starts from a snapshot.
+                let w = *watcher;
+                if w < WATCHERS {
+                    views[w].clear();
+                    last_rev[w] = 0;
+                    synced_at[w] = None;
+                    went_back[w] = None;
+                }
+            }
             What::WatcherEvent { watcher, event } => {
                 let w = *watcher;
                 let Some(view) = views.get_mut(w) else {
                     continue;
                 };
-                if event.revision < last_rev[w] {
-                    v.violate(
-                        Invariant::WatcherSound,
-                        r.at_ms,
-                        None,
-                        format!(
-                            "watcher {w}: revision went back from {} to {}",
-                            last_rev[w], event.revision
-                        ),
-                    );
+                match event.kind {
+                    // A restore: revisions start over here; the differences
+                    // before it could already go back.
+                    WatcherEventKind::Restored => {
+                        went_back[w] = None;
+                        last_rev[w] = event.revision;
+                    }
+                    WatcherEventKind::Up | WatcherEventKind::Updated | WatcherEventKind::Down
+                        if event.revision < last_rev[w] =>
+                    {
+                        went_back[w].get_or_insert((r.at_ms, last_rev[w]));
+                    }
+                    _ if event.revision < last_rev[w] || went_back[w].is_some() => {
+                        let (at, from) = went_back[w].take().unwrap_or((r.at_ms, last_rev[w]));
+                        v.violate(
+                            Invariant::WatcherSound,
+                            at,
+                            None,
+                            format!(
+                                "watcher {w}: revision went back from {from} to {} without a restore",
+                                event.revision
+                            ),
+                        );
+                    }
+                    _ => {}
                 }
-                last_rev[w] = last_rev[w].max(event.revision);
+                if went_back[w].is_none() {
+                    last_rev[w] = last_rev[w].max(event.revision);
+                }
                 v.checks += 1;
                 let host = event.host.clone().unwrap_or_default();
                 // A host that is not in the fleet was invented.
@@ -131,7 +189,7 @@ pub(crate) fn watchers(
                         synced_at[w].get_or_insert(r.at_ms);
                         true
                     }
-                    WatcherEventKind::Resynced => true,
+                    WatcherEventKind::Resynced | WatcherEventKind::Restored => true,
                 };
                 if !ok {
                     v.violate(
@@ -191,6 +249,16 @@ pub(crate) fn watchers(
                 }
             }
             _ => {}
+        }
+    }
+    for (w, back) in went_back.iter().enumerate() {
+        if let Some((at, from)) = back {
+            v.violate(
+                Invariant::WatcherSound,
+                *at,
+                None,
+                format!("watcher {w}: revision went back from {from} and no restore followed"),
+            );
         }
     }
 }

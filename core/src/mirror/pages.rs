@@ -15,6 +15,9 @@ pub(super) enum ListReason {
     Initial,
     /// The watch's start revision was compacted (etcd's compact revision).
     Resync(Revision),
+    /// A read-back at the reflected revision (this one) found another
+    /// history.
+    Diverged(Revision),
     /// A watch answered from behind the revision already reflected, or from
     /// another cluster: read linearizably to see whether etcd was restored
     /// or replaced.
