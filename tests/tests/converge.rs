@@ -362,3 +362,120 @@ async fn a_prefix_larger_than_one_grpc_message_is_listed_and_relisted() {
     .expect("watching again in time")
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_already_past_the_view_is_found_by_reading_back_before_resuming() {
+    init_tracing();
+    let mut etcd = EtcdCluster::single().await;
+    let direct = etcd.client().await;
+    put_many(
+        &direct,
+        &[("a".into(), b"{}".to_vec()), ("b".into(), b"{}".to_vec())],
+    )
+    .await;
+    let proxy = Proxy::start(&etcd.endpoints()[0]).await;
+    let via = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let mut w: HostWatcher = HostWatcher::new(via, watcher_opts()).await.unwrap();
+    drain_until(&mut w, Duration::from_secs(20), |e| {
+        matches!(e, HostEvent::Synced { .. })
+    })
+    .await;
+    // Cut off, etcd is wiped (the same cluster id: a restore) and its new
+    // revisions pass the watcher's: no header will ever be behind it.
+    proxy.set(Mode::Blackhole);
+    etcd.wipe(false).await;
+    let direct = etcd.client().await;
+    put_many(
+        &direct,
+        &[
+            ("b".into(), b"{\"again\":1}".to_vec()),
+            ("c".into(), b"{}".to_vec()),
+        ],
+    )
+    .await;
+    for i in 0..30 {
+        direct
+            .clone()
+            .put("/other/churn", format!("{i}"), None)
+            .await
+            .unwrap();
+    }
+    proxy.set(Mode::Pass);
+    let e = drain_until(&mut w, Duration::from_secs(30), |e| {
+        matches!(e, HostEvent::Resynced { .. })
+    })
+    .await;
+    let HostEvent::Resynced { reason, .. } = &e else {
+        unreachable!()
+    };
+    assert!(
+        matches!(reason, ResyncReason::HistoryDiverged { .. }),
+        "{reason:?}"
+    );
+    assert_eq!(seen(&w), truth(&direct).await);
+    assert_eq!(seen(&w).keys().cloned().collect::<Vec<_>>(), vec!["b", "c"]);
+}
+
+/// The next observation, failing after 30 s.
+async fn next(o: &mut coord::Observe) -> coord::Observed {
+    tokio::time::timeout(Duration::from_secs(30), o.next())
+        .await
+        .expect("an observation in time")
+        .expect("observing")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observe_follows_an_election_across_a_wiped_etcd() {
+    init_tracing();
+    let mut etcd = EtcdCluster::single().await;
+    let via = coord::connect(&etcd.endpoints(), coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let opts = coord::SessionOptions {
+        ttl: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(1),
+        backoff: BackoffConfig {
+            cap: Duration::from_secs(2),
+            ..BackoffConfig::default()
+        },
+        seed: Some(3),
+        ..coord::SessionOptions::default()
+    };
+    // History well past what the wiped etcd will reach.
+    let direct = etcd.client().await;
+    for i in 0..40 {
+        direct
+            .clone()
+            .put("/other/churn", format!("{i}"), None)
+            .await
+            .unwrap();
+    }
+    let first = coord::Election::new(via.clone(), "wiped", opts.clone())
+        .await
+        .unwrap();
+    let lead = first.campaign("one").await.unwrap();
+    let mut observe = coord::Observe::start_with(via.clone(), "wiped", &opts).unwrap();
+    let seen = next(&mut observe).await;
+    assert_eq!(seen.leader.map(|l| l.value), Some(b"one".to_vec()));
+    etcd.wipe(false).await;
+    // The leader's key is gone with everything else: nobody leads, and the
+    // leadership knows it lost.
+    let seen = next(&mut observe).await;
+    assert_eq!(seen.leader, None, "{seen:?}");
+    tokio::time::timeout(Duration::from_secs(30), lead.lost())
+        .await
+        .expect("the leadership lost in time");
+    // A new campaign in the new etcd is observed.
+    let second = coord::Election::new(via.clone(), "wiped", opts.clone())
+        .await
+        .unwrap();
+    let _lead2 = second.campaign("two").await.unwrap();
+    let seen = next(&mut observe).await;
+    assert_eq!(seen.leader.map(|l| l.value), Some(b"two".to_vec()));
+    assert!(matches!(
+        *observe.status().borrow(),
+        coord::ViewStatus::Watching { .. }
+    ));
+}
