@@ -142,6 +142,18 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.attempt = 0;
     }
+
+    /// A wait until `next_at`, cut short because etcd answers again (a
+    /// probe succeeded after a silence): `now` plus a jittered delay of up
+    /// to half the fast cap, so that a fleet does not retry at one instant;
+    /// never later than `next_at`. The failures so far still count: if the
+    /// retry fails too, the next delay keeps growing.
+    pub fn cut(&mut self, now: crate::Instant, next_at: crate::Instant) -> crate::Instant {
+        let window = u64::try_from(self.config.fast_cap.min(self.config.cap).as_millis() / 2)
+            .unwrap_or(u64::MAX);
+        let cut = now + Duration::from_millis(self.rng.below_inclusive(window));
+        cut.min(next_at)
+    }
 }
 
 #[cfg(test)]
@@ -150,6 +162,27 @@ mod tests {
 
     fn ms(d: Duration) -> u64 {
         d.as_millis() as u64
+    }
+
+    #[test]
+    fn a_cut_wait_is_short_jittered_and_never_later() {
+        let mut b = Backoff::new(BackoffConfig::default(), 42);
+        for _ in 0..5 {
+            b.next_delay(FailureClass::Slow);
+        }
+        let now = crate::Instant::from_millis(10_000);
+        let cuts: Vec<u64> = (0..200)
+            .map(|_| b.cut(now, now + Duration::from_secs(30)).as_millis() - 10_000)
+            .collect();
+        assert!(cuts.iter().all(|c| *c <= 500), "{cuts:?}");
+        let spread = cuts.iter().max().unwrap() - cuts.iter().min().unwrap();
+        assert!(spread > 300, "jittered: {cuts:?}");
+        // A wait already shorter stays as it is; the failures still count.
+        assert_eq!(
+            b.cut(now, now + Duration::from_millis(3)),
+            now + Duration::from_millis(3)
+        );
+        assert_eq!(b.attempt(), 5);
     }
 
     #[test]

@@ -315,6 +315,33 @@ impl Contender {
         self.out.pop_front()
     }
 
+    /// True while waiting on etcd: joining or leaving (or waiting to
+    /// retry either), a request in flight, or the queue's mirror waiting.
+    pub(crate) fn awaits_etcd(&self) -> bool {
+        match &self.state {
+            State::Joining { .. } | State::Rejoin { .. } | State::Leaving { .. } => true,
+            State::Queued { mirror, .. } | State::Leading { mirror, .. } => {
+                mirror.awaits_etcd() || !self.requests.is_empty()
+            }
+            State::Pending | State::Done => false,
+        }
+    }
+
+    /// etcd answers again: cuts a backoff wait short.
+    pub(crate) fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
+        match &mut self.state {
+            State::Rejoin { next_at, .. } => *next_at = self.backoff.cut(now, *next_at),
+            State::Leaving {
+                step: LeaveStep::RetryAt(at),
+                ..
+            } => *at = self.backoff.cut(now, *at),
+            State::Queued { .. } | State::Leading { .. } => {
+                self.feed_mirror(now, |m| m.cut(now, probe_sent, ids));
+            }
+            _ => {}
+        }
+    }
+
     /// The next deadline.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         let state = match &self.state {

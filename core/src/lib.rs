@@ -55,6 +55,7 @@ pub mod mirror;
 pub mod observer;
 pub mod outbox;
 pub mod outcome;
+pub mod probe;
 pub mod rng;
 pub mod session;
 pub mod time;

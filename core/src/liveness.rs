@@ -137,6 +137,12 @@ impl Liveness {
         self.engine.poll_timeout()
     }
 
+    /// True while waiting on etcd: registering, or a failure not healed
+    /// yet (see [`Input::Returned`]).
+    pub fn awaits_etcd(&self) -> bool {
+        self.engine.awaits_etcd()
+    }
+
     /// Feeds one input. Only `Start` in the wrong state is an error; etcd
     /// failures arrive as inputs and are handled, stale completions ignored.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {

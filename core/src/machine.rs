@@ -20,6 +20,17 @@ pub trait Machine {
     /// The input for "the deadline from `poll_timeout` has passed".
     fn timeout_input() -> Self::Input;
 
+    /// The input for "etcd answers again after a silence" (a probe, see
+    /// [`crate::probe`]): every backoff wait is cut short.
+    /// `probe_sent` is when the probe that found etcd back was sent.
+    fn returned_input(probe_sent: Instant) -> Self::Input;
+
+    /// True while the machine waits on etcd: a request in flight (a grant,
+    /// a listing), or a failure not healed yet (a backoff, a retry, a
+    /// reopened stream not confirmed). Meanwhile the client's probe
+    /// watches for etcd going silent and coming back.
+    fn awaits_etcd(&self) -> bool;
+
     /// Feeds one input at `now`.
     fn handle(&mut self, now: Instant, input: Self::Input) -> Result<(), Self::Error>;
 
@@ -44,6 +55,13 @@ pub enum Input {
     Close,
     /// `poll_timeout()` has passed.
     Timeout,
+    /// etcd answers again after a silence: cut every backoff wait short,
+    /// and give up requests sent before `probe_sent` (they went out in the
+    /// silence).
+    Returned {
+        /// When the probe that found etcd back was sent.
+        probe_sent: Instant,
+    },
     /// A request or stream the machine started answered.
     Io(Completion),
 }
@@ -65,6 +83,15 @@ macro_rules! impl_machine {
 
             fn timeout_input() -> $input {
                 <$input>::Timeout
+            }
+
+            fn returned_input(probe_sent: $crate::time::Instant) -> $input {
+                type I = $input;
+                I::Returned { probe_sent }
+            }
+
+            fn awaits_etcd(&self) -> bool {
+                <$ty>::awaits_etcd(self)
             }
 
             fn handle(

@@ -397,6 +397,50 @@ impl Mirror {
         self.out.push_back(Output::Event(c));
     }
 
+    /// True while waiting on etcd: a listing or read-back in flight, or a
+    /// failure to list or watch not healed yet (from the failure to the
+    /// next success).
+    pub fn awaits_etcd(&self) -> bool {
+        match self.state {
+            State::Listing { .. } | State::Verifying { .. } | State::Waiting { .. } => true,
+            State::Watching { .. } => self.failing.is_some(),
+            State::Idle | State::Closed => false,
+        }
+    }
+
+    /// etcd answers again after a silence: a request sent long before is
+    /// given up as lost, a quiet watch is probed at once, and a backoff
+    /// wait is cut short (see [`Backoff::cut`]).
+    pub(crate) fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
+        let timeout = self.config.request_timeout;
+        let lost = |d: &Instant| crate::probe::sent_before(*d, timeout, probe_sent);
+        let due = match &mut self.state {
+            State::Listing { deadline, .. }
+            | State::Verifying { deadline, .. }
+            | State::Watching {
+                probe: Probe::Awaiting { deadline },
+                ..
+            } if lost(deadline) => {
+                *deadline = now;
+                true
+            }
+            State::Watching {
+                probe: Probe::Quiet { at },
+                ..
+            } => {
+                *at = (*at).min(now);
+                true
+            }
+            _ => false,
+        };
+        if due {
+            self.timeout(now, ids);
+        }
+        if let State::Waiting { next_at, .. } = &mut self.state {
+            *next_at = self.backoff.cut(now, *next_at);
+        }
+    }
+
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         match &self.state {
@@ -441,6 +485,7 @@ impl Mirror {
             }
             Input::Close => self.close(),
             Input::Timeout => self.timeout(now, ids),
+            Input::Returned { probe_sent } => self.cut(now, probe_sent, ids),
             Input::Io(c) => {
                 let _ = self.io(now, c, ids);
             }

@@ -98,6 +98,12 @@ pub enum Input {
     Close,
     /// `poll_timeout()` passed.
     Timeout,
+    /// etcd answers again after a silence: cut every backoff wait short,
+    /// and give up requests sent before `probe_sent`.
+    Returned {
+        /// When the probe that found etcd back was sent.
+        probe_sent: Instant,
+    },
     /// A request or stream answered.
     Io(Completion),
     /// Campaign for `name` (a key prefix ending with `/`) with `value`.
@@ -232,6 +238,12 @@ impl Session {
         self.out.pop_front()
     }
 
+    /// True while the lease or any campaign waits on etcd (see
+    /// [`Input::Returned`]).
+    pub fn awaits_etcd(&self) -> bool {
+        self.engine.awaits_etcd() || self.elections.values().any(Contender::awaits_etcd)
+    }
+
     /// The soonest deadline of the lease and of every campaign.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.elections
@@ -263,6 +275,13 @@ impl Session {
                     if c.poll_timeout().is_some_and(|d| d <= now) {
                         c.timeout(now, &mut self.ids);
                     }
+                }
+            }
+            Input::Returned { probe_sent } => {
+                self.engine
+                    .handle(now, lease::Input::Returned { probe_sent })?;
+                for c in self.elections.values_mut() {
+                    c.cut(now, probe_sent, &mut self.ids);
                 }
             }
             Input::Io(c) => self.io(now, c)?,

@@ -235,6 +235,12 @@ impl Watcher {
         self.out.pop()
     }
 
+    /// True while waiting on etcd: listing, or a failure to list or watch
+    /// not healed yet (see [`Input::Returned`]).
+    pub fn awaits_etcd(&self) -> bool {
+        self.mirror.awaits_etcd()
+    }
+
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.mirror.poll_timeout()

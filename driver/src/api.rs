@@ -119,6 +119,13 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
     /// Revokes a lease, deleting every key attached to it.
     fn lease_revoke(&self, lease: LeaseId) -> impl Future<Output = Result<(), EtcdError>> + Send;
 
+    /// The prober this client shares among its handles, if it has one
+    /// (see [`ProbeHub`](crate::ProbeHub)); without one, each handle
+    /// probes on its own. Default: none.
+    fn probe_hub(&self) -> Option<crate::ProbeHub> {
+        None
+    }
+
     /// Opens a keep-alive stream for `lease` and sends one keep-alive; its
     /// reply (with the remaining TTL) is the first thing `Replies` yields.
     /// Fails with `LeaseNotFound` if the lease is gone.

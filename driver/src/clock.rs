@@ -24,6 +24,12 @@ impl Clock {
         Instant::from_millis(ms)
     }
 
+    /// A runtime instant in the core's terms (the epoch if before it).
+    pub(crate) fn of_runtime(&self, at: tokio::time::Instant) -> Instant {
+        let ms = at.saturating_duration_since(self.epoch).as_millis();
+        Instant::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
     /// A core deadline as a runtime instant.
     pub(crate) fn to_runtime(self, at: Instant) -> tokio::time::Instant {
         self.epoch + Duration::from_millis(at.as_millis())

@@ -67,6 +67,11 @@ pub(crate) async fn run<A, M, H>(
 {
     let (done_tx, mut done) = mpsc::unbounded_channel::<Completion>();
     let (watched_tx, mut watched) = mpsc::channel::<WatchDelivery>(1);
+    // Probing for etcd's return while the machine backs off: shared with
+    // the client's other handles when the client has a hub.
+    let hub = api.probe_hub().unwrap_or_default();
+    hub.start(&api);
+    let mut probe = hub.member();
     let mut exec = Executor::new(api, done_tx, watched_tx);
     host.start(clock.now(), &mut machine);
     loop {
@@ -80,6 +85,7 @@ pub(crate) async fn run<A, M, H>(
         if machine.is_closed() {
             break;
         }
+        probe.set_waiting(machine.awaits_etcd());
         let deadline = machine.poll_timeout().map(|d| clock.to_runtime(d));
         let room = host.room();
         let input = tokio::select! {
@@ -99,6 +105,7 @@ pub(crate) async fn run<A, M, H>(
                 }
             },
             () = host.deliver() => continue,
+            sent = probe.returned() => M::returned_input(clock.of_runtime(sent)),
             Some(m) = watched.recv(), if room => M::Input::from(watch_completion(m)),
             // While the streams are not read (the consumer is behind), their
             // silence proves nothing: the machine's timers (an unanswered

@@ -562,8 +562,38 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
             _ => None,
         })
         .collect();
+    // Each host's own faults (partition, pause, crash) as intervals: a
+    // clear for everyone does not clear a host still cut off itself.
+    let mut own: Vec<(usize, u64, u64)> = Vec::new();
+    let mut open: Vec<(usize, u64, u8)> = Vec::new();
+    for r in &history.records {
+        match r.what {
+            What::Fault(Fault::Partition { host, .. }) => open.push((host, r.at_ms, 0)),
+            What::Fault(Fault::Pause { host, .. }) => open.push((host, r.at_ms, 1)),
+            What::Fault(Fault::Crash { host, .. }) => open.push((host, r.at_ms, 2)),
+            What::PartitionEnded { host } | What::Resumed { host } | What::Restarted { host } => {
+                let kind = match r.what {
+                    What::PartitionEnded { .. } => 0,
+                    What::Resumed { .. } => 1,
+                    _ => 2,
+                };
+                open.retain(|(h, s, k)| {
+                    let ends = *h == host && *k == kind;
+                    if ends {
+                        own.push((*h, *s, r.at_ms));
+                    }
+                    !ends
+                });
+            }
+            _ => {}
+        }
+    }
+    own.extend(open.iter().map(|(h, s, _)| (*h, *s, u64::MAX)));
     for (host, at, kind) in clears {
         if kind != "global heal" && outages.iter().any(|(s, e)| *s < at && at < *e) {
+            continue;
+        }
+        if own.iter().any(|(h, s, e)| *h == host && *s < at && at < *e) {
             continue;
         }
         let Some((_, first)) = samples.iter().find(|(t, _)| *t >= at) else {

@@ -26,6 +26,9 @@ pub struct SimEtcd {
     client: u64,
     tags: Arc<AtomicU64>,
     anomalies: Arc<AtomicU64>,
+    /// One prober for every handle of this process, as `coord::connect`'s
+    /// clients share one.
+    probe: coord::ProbeHub,
 }
 
 impl std::fmt::Debug for SimEtcd {
@@ -49,6 +52,7 @@ impl SimEtcd {
     ) -> std::io::Result<SimEtcd> {
         let ep = Endpoint::bind("0.0.0.0:0").await?;
         Ok(SimEtcd {
+            probe: coord::ProbeHub::new(),
             ep,
             server,
             client,
@@ -277,6 +281,10 @@ impl EtcdApi for SimEtcd {
     type Replies = SimReplies;
     type WatchControl = SimWatchControl;
     type WatchEvents = SimWatchEvents;
+
+    fn probe_hub(&self) -> Option<coord::ProbeHub> {
+        Some(self.probe.clone())
+    }
 
     async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
         match self.call(Request::Range { request }).await? {

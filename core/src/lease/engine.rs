@@ -216,9 +216,81 @@ impl LeaseEngine {
             Input::Start => return self.on_start(now),
             Input::Close => self.on_close(now),
             Input::Timeout => self.on_timeout(now),
+            Input::Returned { probe_sent } => self.cut(now, probe_sent),
             Input::Io(c) => self.on_io(now, c),
         }
         Ok(())
+    }
+
+    /// True while waiting on etcd: registering, waiting to register again
+    /// or to reopen a broken keep-alive stream, or a reopened stream not
+    /// confirmed yet.
+    pub fn awaits_etcd(&self) -> bool {
+        match &self.state {
+            State::Registering { .. }
+            | State::Waiting { .. }
+            | State::Held {
+                link: Link::Down { .. },
+                ..
+            } => true,
+            State::Held { .. } => self.backoff.attempt() > 0,
+            State::Idle | State::Closing(_) | State::Closed(_) => false,
+        }
+    }
+
+    /// etcd answers again after a silence: an attempt sent long before is
+    /// given up as lost, a keep-alive is sent at once (to prove the
+    /// stream), and a backoff wait is cut short.
+    fn cut(&mut self, now: Instant, probe_sent: Instant) {
+        let timeout = self.config.request_timeout;
+        let lost = |sent: Option<&Instant>| sent.is_some_and(|t| *t < probe_sent);
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Registering {
+                op,
+                deadline,
+                step,
+                attempt,
+            } if crate::probe::sent_before(deadline, timeout, probe_sent) => {
+                self.state = State::Registering {
+                    op,
+                    deadline: now,
+                    step,
+                    attempt,
+                };
+                self.on_timeout(now);
+            }
+            // A keep-alive sent in the silence and unanswered: the stream
+            // is taken as broken now, not a request timeout later.
+            State::Held {
+                lease,
+                link: Link::Up(stream),
+                next_send,
+            } if lost(stream.unacked.front()) => {
+                let why = Failure::StreamClosed("keep-alive sent before etcd returned".into());
+                self.stream_broke(now, lease, stream, why, next_send);
+            }
+            // A keep-alive now proves the stream.
+            State::Held {
+                lease,
+                link: link @ Link::Up(_),
+                next_send,
+            } => {
+                self.state = State::Held {
+                    lease,
+                    link,
+                    next_send: next_send.min(now),
+                }
+            }
+            other => self.state = other,
+        }
+        match &mut self.state {
+            State::Waiting { next_at, .. } => *next_at = self.backoff.cut(now, *next_at),
+            State::Held {
+                link: Link::Down { retry_at, .. },
+                ..
+            } => *retry_at = self.backoff.cut(now, *retry_at),
+            _ => {}
+        }
     }
 
     fn on_io(&mut self, now: Instant, c: Completion) {

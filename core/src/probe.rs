@@ -1,0 +1,233 @@
+//! The probe: how a client notices that etcd answers again, without
+//! loading a struggling etcd.
+//!
+//! Machines back off after failures, up to the cap (30 s by default) for
+//! requests that time out. When etcd comes back, a machine deep in its
+//! backoff would wait out the rest of its delay. Instead, while any machine
+//! of a client waits, the client's one prober sends a cheap request (a
+//! serializable read of one key that nobody writes) at most once per
+//! `interval`. When a probe is answered after one went unanswered (etcd
+//! was silent and answers again), the prober reports
+//! [`ProbeEvent::Returned`], and the driver gives every machine
+//! [`Input::Returned`](crate::machine::Input::Returned): each cuts its
+//! backoff wait to a short jittered delay
+//! ([`Backoff::cut`](crate::Backoff::cut)).
+//!
+//! Heavy requests (grants, puts, transactions) are never used to probe,
+//! and a probe answered while etcd never went silent cuts nothing: a slow
+//! but answering etcd sees the machines' retries back off to the cap as
+//! before. An answer that is an error (permission denied, say) still
+//! proves that etcd answers; only no answer, `Unavailable` or a broken
+//! stream count as silence.
+//!
+//! One state enum, the time passed in; commands and events come out of
+//! [`Prober::poll`].
+
+use std::time::Duration;
+
+use crate::ids::Key;
+use crate::io::{Command, Completion, Consistency, Get, RangeRequest};
+use crate::outbox::{Outbox, Output};
+use crate::outcome::{Failure, Outcome};
+use crate::time::Instant;
+
+/// True if a request whose deadline is `deadline` (sent `timeout` before
+/// it) was sent before `probe_sent`, the send time of the probe that found
+/// etcd back: it went out during the silence and is taken as lost.
+pub(crate) fn sent_before(deadline: Instant, timeout: Duration, probe_sent: Instant) -> bool {
+    deadline.saturating_sub(timeout) < probe_sent
+}
+
+/// The key probed: nobody writes it, so the read is as cheap as a read is.
+pub const PROBE_KEY: &[u8] = b"\0coord-probe";
+
+/// How the prober probes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub struct ProbeConfig {
+    /// Least time between two probes. Default 1 s.
+    pub interval: Duration,
+    /// A probe unanswered after this counts as silence. Default 1 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for ProbeConfig {
+    fn default() -> Self {
+        ProbeConfig {
+            interval: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What the prober is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum ProbeInput {
+    /// Whether any machine of the client waits out a backoff now.
+    Demand(bool),
+    /// `poll_timeout()` has passed.
+    Timeout,
+    /// A probe answered (other completions are ignored).
+    Io(Completion),
+}
+
+/// What the prober reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeEvent {
+    /// etcd answered after a probe went unanswered: cut every backoff.
+    Returned {
+        /// When the probe that found etcd back was sent: requests sent
+        /// before it went out in the silence.
+        sent: Instant,
+    },
+}
+
+/// What the prober last learned of etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    /// No probe has been answered or gone unanswered yet.
+    Unknown,
+    /// The last probe was answered.
+    Answering,
+    /// The last probe went unanswered (or etcd was unavailable).
+    Silent,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No demand, or between demands.
+    Idle,
+    /// A probe is in flight until `deadline`.
+    Probing { op: crate::OpId, deadline: Instant },
+    /// Demand, but the last probe was sent less than an interval ago.
+    Resting { until: Instant },
+}
+
+/// The prober of one client. See the module docs.
+#[derive(Debug)]
+pub struct Prober {
+    config: ProbeConfig,
+    state: State,
+    demand: bool,
+    health: Health,
+    last_sent: Option<Instant>,
+    out: Outbox<Command, ProbeEvent>,
+}
+
+impl Prober {
+    /// A prober; nothing is sent until there is demand.
+    pub fn new(config: ProbeConfig) -> Self {
+        Prober {
+            config,
+            state: State::Idle,
+            demand: false,
+            health: Health::Unknown,
+            last_sent: None,
+            out: Outbox::new(),
+        }
+    }
+
+    /// What the last probe learned.
+    pub fn health(&self) -> Health {
+        self.health
+    }
+
+    /// The next command (a probe read, or abandoning one) or event.
+    #[must_use]
+    pub fn poll(&mut self) -> Option<Output<Command, ProbeEvent>> {
+        self.out.pop()
+    }
+
+    /// The next deadline.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::Idle => None,
+            State::Probing { deadline, .. } => Some(deadline),
+            State::Resting { until } => Some(until),
+        }
+    }
+
+    /// Feeds one input.
+    pub fn handle(&mut self, now: Instant, input: ProbeInput) {
+        match input {
+            ProbeInput::Demand(demand) => {
+                self.demand = demand;
+                match self.state {
+                    State::Idle if demand => self.next_probe(now),
+                    State::Resting { .. } if !demand => self.state = State::Idle,
+                    _ => {}
+                }
+            }
+            ProbeInput::Timeout => match self.state {
+                State::Probing { op, deadline } if now >= deadline => {
+                    self.out.cmd(Command::Abandon { op });
+                    self.learned(now, Health::Silent);
+                }
+                State::Resting { until } if now >= until => self.next_probe(now),
+                _ => {}
+            },
+            ProbeInput::Io(Completion::Listed { op, outcome }) => match self.state {
+                State::Probing { op: want, .. } if want == op => {
+                    let health = match outcome {
+                        Outcome::Ok(_) => Health::Answering,
+                        Outcome::Unknown
+                        | Outcome::Err(Failure::Unavailable(_) | Failure::StreamClosed(_)) => {
+                            Health::Silent
+                        }
+                        Outcome::Err(_) => Health::Answering,
+                    };
+                    self.learned(now, health);
+                }
+                _ => {}
+            },
+            ProbeInput::Io(_) => {}
+        }
+    }
+
+    /// A probe's verdict; reports a return, then probes on while demanded.
+    fn learned(&mut self, now: Instant, health: Health) {
+        if health == Health::Answering && self.health == Health::Silent {
+            let sent = self.last_sent.unwrap_or(now);
+            self.out.event(ProbeEvent::Returned { sent });
+        }
+        self.health = health;
+        self.next_probe(now);
+    }
+
+    /// Probes now if demanded and an interval has passed since the last.
+    fn next_probe(&mut self, now: Instant) {
+        if !self.demand {
+            self.state = State::Idle;
+            return;
+        }
+        if let Some(until) = self.last_sent.map(|t| t + self.config.interval) {
+            if until > now {
+                self.state = State::Resting { until };
+                return;
+            }
+        }
+        let op = self.out.op();
+        self.out.cmd(Command::Range {
+            op,
+            request: RangeRequest {
+                get: Get {
+                    limit: 1,
+                    ..Get::key(Key(PROBE_KEY.to_vec()))
+                },
+                consistency: Consistency::Serializable,
+                after: None,
+                revision: crate::Revision(0),
+            },
+        });
+        self.last_sent = Some(now);
+        self.state = State::Probing {
+            op,
+            deadline: now + self.config.request_timeout,
+        };
+    }
+}
+
+#[cfg(test)]
+#[path = "probe_tests.rs"]
+mod tests;

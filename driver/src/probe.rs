@@ -1,0 +1,174 @@
+//! One prober per client: the task that runs the core's
+//! [`Prober`](coord_core::probe::Prober) for every handle sharing a
+//! client, and tells each handle's loop when etcd answers again.
+//!
+//! Each loop holds a [`Member`]: it says whether its machine waits out a
+//! backoff (the demand), and wakes when a probe found etcd back. The task
+//! runs only while some member waits, sends at most one cheap read per
+//! second, and ends when the hub is gone.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use coord_core::io::{Command, Completion};
+use coord_core::outbox::Output;
+use coord_core::probe::{ProbeConfig, ProbeEvent, ProbeInput, Prober};
+use tokio::sync::watch;
+
+use crate::api::{outcome, EtcdApi};
+use crate::clock::Clock;
+use crate::exec::sleep_until;
+
+/// The prober of one client, shared by every handle made from it (clones
+/// share it). A handle given a client without one probes on its own.
+#[derive(Debug, Clone)]
+pub struct ProbeHub(Arc<Hub>);
+
+#[derive(Debug)]
+struct Hub {
+    /// How many loops wait out a backoff now.
+    demand: watch::Sender<usize>,
+    /// Each time etcd answers again after a silence: when the probe that
+    /// found it back was sent.
+    returned: watch::Sender<Option<tokio::time::Instant>>,
+    started: AtomicBool,
+}
+
+impl Default for ProbeHub {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProbeHub {
+    /// A hub with no task yet (it starts with the first loop).
+    pub fn new() -> Self {
+        ProbeHub(Arc::new(Hub {
+            demand: watch::channel(0).0,
+            returned: watch::channel(None).0,
+            started: AtomicBool::new(false),
+        }))
+    }
+
+    /// Starts the probing task with `api`, once.
+    pub(crate) fn start<A: EtcdApi>(&self, api: &A) {
+        if self.0.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let demand = self.0.demand.subscribe();
+        tokio::spawn(run(api.clone(), Arc::downgrade(&self.0), demand));
+    }
+
+    /// A loop's membership: its demand, and the wake-up on etcd's return.
+    pub(crate) fn member(&self) -> Member {
+        Member {
+            hub: Arc::clone(&self.0),
+            waiting: false,
+            returned: self.0.returned.subscribe(),
+        }
+    }
+}
+
+/// One loop's side of a [`ProbeHub`].
+pub(crate) struct Member {
+    hub: Arc<Hub>,
+    waiting: bool,
+    returned: watch::Receiver<Option<tokio::time::Instant>>,
+}
+
+impl Member {
+    /// Whether the loop's machine waits out a backoff now.
+    pub(crate) fn set_waiting(&mut self, waiting: bool) {
+        if waiting == self.waiting {
+            return;
+        }
+        self.waiting = waiting;
+        self.hub.demand.send_modify(|n| {
+            *n = if waiting {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            };
+        });
+    }
+
+    /// Completes when etcd answers again after a silence, with the send
+    /// time of the probe that found it back.
+    pub(crate) async fn returned(&mut self) -> tokio::time::Instant {
+        loop {
+            if self.returned.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+            if let Some(sent) = *self.returned.borrow_and_update() {
+                return sent;
+            }
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.set_waiting(false);
+    }
+}
+
+type Probe = Pin<Box<dyn std::future::Future<Output = Completion> + Send>>;
+
+/// Runs the prober until the hub is gone.
+async fn run<A: EtcdApi>(api: A, hub: Weak<Hub>, mut demand: watch::Receiver<usize>) {
+    let clock = Clock::start();
+    let mut prober = Prober::new(ProbeConfig::default());
+    let mut in_flight: Option<Probe> = None;
+    prober.handle(
+        clock.now(),
+        ProbeInput::Demand(*demand.borrow_and_update() > 0),
+    );
+    loop {
+        while let Some(output) = prober.poll() {
+            match output {
+                Output::Command(Command::Range { op, request }) => {
+                    let api = api.clone();
+                    in_flight = Some(Box::pin(async move {
+                        Completion::Listed {
+                            op,
+                            outcome: outcome(api.range(request).await),
+                        }
+                    }));
+                }
+                Output::Command(Command::Abandon { .. }) => in_flight = None,
+                Output::Command(_) => {}
+                Output::Event(ProbeEvent::Returned { sent }) => {
+                    let Some(hub) = hub.upgrade() else { return };
+                    tracing::debug!(
+                        sent_ms = sent.as_millis(),
+                        "etcd answers again: cutting backoffs"
+                    );
+                    hub.returned.send_replace(Some(clock.to_runtime(sent)));
+                }
+            }
+        }
+        let deadline = prober.poll_timeout().map(|d| clock.to_runtime(d));
+        let input = tokio::select! {
+            // Deterministic order (the simulator replays seeds exactly).
+            biased;
+            changed = demand.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                ProbeInput::Demand(*demand.borrow_and_update() > 0)
+            }
+            done = async {
+                match in_flight.as_mut() {
+                    Some(probe) => probe.await,
+                    None => std::future::pending().await,
+                }
+            }, if in_flight.is_some() => {
+                in_flight = None;
+                ProbeInput::Io(done)
+            }
+            () = sleep_until(deadline) => ProbeInput::Timeout,
+        };
+        prober.handle(clock.now(), input);
+    }
+}
