@@ -315,6 +315,14 @@ impl Contender {
         self.out.pop_front()
     }
 
+    /// Requests and streams the queue's mirror found unanswered so far.
+    pub(crate) fn silences(&self) -> u64 {
+        match &self.state {
+            State::Queued { mirror, .. } | State::Leading { mirror, .. } => mirror.silences(),
+            _ => 0,
+        }
+    }
+
     /// True while waiting on etcd: joining or leaving (or waiting to
     /// retry either), a request in flight, or the queue's mirror waiting.
     pub(crate) fn awaits_etcd(&self) -> bool {

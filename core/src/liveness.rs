@@ -143,6 +143,11 @@ impl Liveness {
         self.engine.awaits_etcd()
     }
 
+    /// How many requests and streams were found unanswered so far.
+    pub fn silences(&self) -> u64 {
+        self.engine.silences()
+    }
+
     /// Feeds one input. Only `Start` in the wrong state is an error; etcd
     /// failures arrive as inputs and are handled, stale completions ignored.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {

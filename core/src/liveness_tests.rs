@@ -711,3 +711,80 @@ fn fast_failures_keep_retries_within_the_fast_cap() {
 
 #[path = "liveness_close_tests.rs"]
 mod close;
+
+#[test]
+fn etcd_returning_breaks_a_stream_whose_keep_alive_went_out_in_the_silence() {
+    let mut m = registered(StartPolicy::FailFast);
+    assert!(!m.awaits_etcd(), "a healthy lease waits on nothing");
+    // The keep-alive of 3002 goes unanswered; a probe sent at 3500 finds
+    // etcd back at 3600: the stream is taken as broken now (not at 5002)
+    // and reopened at once, still registered.
+    assert_eq!(fire(&mut m), 3002);
+    let _ = drain(&mut m);
+    m.handle(
+        t(3600),
+        Input::Returned {
+            probe_sent: t(3500),
+        },
+    )
+    .unwrap();
+    let out = drain(&mut m);
+    assert_eq!(
+        out.first(),
+        Some(&cmd(Command::CloseKeepAlive { stream: OpId(3) })),
+        "{out:?}"
+    );
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Event(Event::KeepAliveInterrupted { .. }))),
+        "{out:?}"
+    );
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+    assert!(
+        matches!(
+            out.last(),
+            Some(Output::Command(Command::OpenKeepAlive { lease: LEASE, .. }))
+        ),
+        "reopened at once: {out:?}"
+    );
+    assert!(m.awaits_etcd(), "a reopen waits on etcd");
+    // A keep-alive answered since (sent after the probe) is not touched.
+    let mut m = registered(StartPolicy::FailFast);
+    assert_eq!(fire(&mut m), 3002);
+    let _ = drain(&mut m);
+    m.handle(
+        t(3600),
+        Input::Returned {
+            probe_sent: t(3000),
+        },
+    )
+    .unwrap();
+    assert_eq!(drain(&mut m), vec![]);
+}
+
+#[test]
+fn etcd_returning_gives_up_a_grant_sent_in_the_silence_and_cuts_the_heal() {
+    let mut m = registered(StartPolicy::FailFast);
+    let lost_at = lose_by_silence(&mut m);
+    // Heal attempts (resume, then grants) time out, backing off.
+    let mut at = lost_at;
+    for _ in 0..6 {
+        at = fire(&mut m);
+        let _ = drain(&mut m);
+    }
+    assert!(m.awaits_etcd());
+    let deadline = m.poll_timeout().unwrap();
+    // Whatever is in flight went out before the probe: given up at once,
+    // and the next attempt comes within half a second.
+    m.handle(
+        t(at + 700),
+        Input::Returned {
+            probe_sent: t(at + 600),
+        },
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    let next = m.poll_timeout().unwrap();
+    assert!(next <= t(at + 700 + 500), "next attempt at {next}");
+    assert!(next < deadline || deadline <= t(at + 1_200));
+}

@@ -31,6 +31,11 @@ pub trait Machine {
     /// watches for etcd going silent and coming back.
     fn awaits_etcd(&self) -> bool;
 
+    /// How many requests and streams the machine found unanswered so far
+    /// (a count that changes when etcd goes silent; the driver may then
+    /// re-dial).
+    fn silences(&self) -> u64;
+
     /// Feeds one input at `now`.
     fn handle(&mut self, now: Instant, input: Self::Input) -> Result<(), Self::Error>;
 
@@ -92,6 +97,10 @@ macro_rules! impl_machine {
 
             fn awaits_etcd(&self) -> bool {
                 <$ty>::awaits_etcd(self)
+            }
+
+            fn silences(&self) -> u64 {
+                <$ty>::silences(self)
             }
 
             fn handle(

@@ -305,6 +305,8 @@ pub struct Mirror {
     cluster: ClusterId,
     /// Failures since the last success, if any.
     failing: Option<Failing>,
+    /// Requests and streams found unanswered so far.
+    silences: u64,
     out: VecDeque<Output<Command, Change>>,
 }
 
@@ -321,6 +323,7 @@ impl Mirror {
             revision: Revision(0),
             cluster: ClusterId::default(),
             failing: None,
+            silences: 0,
             out: VecDeque::new(),
         })
     }
@@ -395,6 +398,11 @@ impl Mirror {
 
     fn change(&mut self, c: Change) {
         self.out.push_back(Output::Event(c));
+    }
+
+    /// How many requests and streams were found unanswered so far.
+    pub fn silences(&self) -> u64 {
+        self.silences
     }
 
     /// True while waiting on etcd: a listing or read-back in flight, or a
@@ -539,10 +547,12 @@ impl Mirror {
                 deadline,
                 pages,
             } if now >= deadline => {
+                self.silences += 1;
                 self.cmd(Command::Abandon { op });
                 self.list_failed(now, pages.reason(), AttemptFailure::Timeout);
             }
             State::Verifying { op, deadline, .. } if now >= deadline => {
+                self.silences += 1;
                 self.cmd(Command::Abandon { op });
                 self.retry(now, AttemptFailure::Timeout, Then::Resume);
             }
@@ -551,6 +561,7 @@ impl Mirror {
                 probe: Probe::Awaiting { deadline },
             } if now >= deadline => {
                 // No creation or progress answer in time: silently broken.
+                self.silences += 1;
                 self.cmd(Command::CancelWatch { stream });
                 self.retry(now, AttemptFailure::Timeout, Then::Resume);
             }
@@ -666,7 +677,9 @@ impl Mirror {
         match verify.judge(outcome) {
             Found::Same => self.watch(now, ids),
             Found::Diverged => self.list(now, ListReason::Diverged(self.revision), ids),
-            Found::Compacted(rev) => self.list(now, ListReason::Resync(rev), ids),
+            // The watch will say so too, with etcd's compact revision (a
+            // range's error does not carry it), and a re-list follows.
+            Found::Compacted => self.watch(now, ids),
             Found::Behind => self.list(now, ListReason::Check, ids),
             Found::Failed(failure) => self.retry(now, failure, Then::Resume),
         }

@@ -244,6 +244,16 @@ impl Session {
         self.engine.awaits_etcd() || self.elections.values().any(Contender::awaits_etcd)
     }
 
+    /// How many requests and streams were found unanswered so far, by the
+    /// lease and the campaigns' queue watches now open (so it may also
+    /// drop when a campaign ends; any change means "look again").
+    pub fn silences(&self) -> u64 {
+        self.elections
+            .values()
+            .map(Contender::silences)
+            .fold(self.engine.silences(), u64::wrapping_add)
+    }
+
     /// The soonest deadline of the lease and of every campaign.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.elections

@@ -241,6 +241,11 @@ impl Watcher {
         self.mirror.awaits_etcd()
     }
 
+    /// How many requests and streams were found unanswered so far.
+    pub fn silences(&self) -> u64 {
+        self.mirror.silences()
+    }
+
     /// The next deadline.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.mirror.poll_timeout()

@@ -575,9 +575,12 @@ fn a_restore_already_past_the_view_is_found_by_the_read_back_before_resuming() {
 
 #[test]
 fn a_read_back_ahead_of_etcd_or_compacted_relists_and_a_failed_one_retries() {
+    // Behind: a linearizable listing tells a restore from a lagging
+    // member. Compacted: the watch resumes and reports the compaction with
+    // etcd's compact revision (a range's error lacks it).
     for (answer, then) in [
         (Failure::FutureRevision, lin(4)),
-        (Failure::Compacted(30), lin(4)),
+        (Failure::Compacted(30), watch(4, 11)),
     ] {
         let mut m = watching_a();
         header(&mut m, 5, 2, MessageKind::Progress, 10, A);
@@ -613,5 +616,69 @@ fn a_read_back_ahead_of_etcd_or_compacted_relists_and_a_failed_one_retries() {
     assert!(
         matches!(again.as_slice(), [Output::Command(Command::Range { request, .. })] if request.revision == Revision(10)),
         "{again:?}"
+    );
+}
+
+#[test]
+fn etcd_returning_gives_up_a_listing_sent_in_the_silence_and_cuts_the_wait() {
+    let mut m = Watcher::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    drain(&mut m);
+    assert!(m.awaits_etcd(), "a listing in flight waits on etcd");
+    // Unanswered listings back off, longer each time.
+    let mut now = 0;
+    for _ in 0..6 {
+        now += 2_000;
+        m.handle(t(now), Input::Timeout).unwrap();
+        drain(&mut m);
+        let at = m.poll_timeout().unwrap();
+        now = at.as_millis();
+        m.handle(at, Input::Timeout).unwrap();
+        drain(&mut m);
+    }
+    // The seventh listing went out at `now`; a probe sent 500 ms later
+    // found etcd back: the listing is given up at once and the retry waits
+    // half a second at most, not the grown backoff.
+    let back = now + 600;
+    m.handle(
+        t(back),
+        Input::Returned {
+            probe_sent: t(now + 500),
+        },
+    )
+    .unwrap();
+    let out = drain(&mut m);
+    assert!(
+        matches!(out.first(), Some(Output::Command(Command::Abandon { .. }))),
+        "{out:?}"
+    );
+    assert!(out.iter().any(is_retrying), "{out:?}");
+    let at = m.poll_timeout().unwrap();
+    assert!(at <= t(back + 500), "retry at {at}, returned at {back}");
+    // A listing sent after the probe is kept.
+    m.handle(at, Input::Timeout).unwrap();
+    drain(&mut m);
+    let deadline = m.poll_timeout().unwrap();
+    m.handle(
+        t(at.as_millis() + 10),
+        Input::Returned {
+            probe_sent: t(at.as_millis() - 1),
+        },
+    )
+    .unwrap();
+    assert_eq!(drain(&mut m), vec![]);
+    assert_eq!(m.poll_timeout(), Some(deadline));
+}
+
+#[test]
+fn etcd_returning_probes_a_quiet_watch_at_once() {
+    let mut m = watching_a();
+    header(&mut m, 5, 2, MessageKind::Created, 10, A);
+    assert!(!m.awaits_etcd());
+    m.handle(t(100), Input::Returned { probe_sent: t(90) })
+        .unwrap();
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::RequestProgress { stream: OpId(2) })]
     );
 }

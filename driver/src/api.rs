@@ -126,6 +126,19 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
         None
     }
 
+    /// The copy of this client the probe task uses: one that does not keep
+    /// the hub alive. Default: a clone.
+    fn for_probe(&self) -> Self {
+        self.clone()
+    }
+
+    /// Told that etcd went silent (a request, stream or probe unanswered):
+    /// a client that can, re-dials, so that a member stalled with its
+    /// connections open is left. Default: nothing.
+    fn silent(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+
     /// Opens a keep-alive stream for `lease` and sends one keep-alive; its
     /// reply (with the remaining TTL) is the first thing `Replies` yields.
     /// Fails with `LeaseNotFound` if the lease is gone.

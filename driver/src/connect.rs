@@ -1,8 +1,12 @@
 //! Dialling etcd with the options coord needs.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::Error;
+
+/// Spreads the clients of one process over the members.
+static NEXT_START: AtomicU64 = AtomicU64::new(0);
 
 /// Options of [`connect`]. The defaults are what coord's failure handling
 /// assumes; a client opened another way should set the same.
@@ -47,11 +51,12 @@ impl Default for ConnectOptions {
 /// connects lazily: an unreachable etcd shows up as `Unavailable` on the
 /// first request, not here. Per-request deadlines are set by coord's
 /// machines, so no global request timeout is applied (it would cut the
-/// long-lived keep-alive streams).
+/// long-lived keep-alive streams). Every handle made from the client (and
+/// its clones) shares one probe for etcd's return.
 pub async fn connect<E: AsRef<str>>(
     endpoints: &[E],
     options: ConnectOptions,
-) -> Result<etcd_client::Client, Error> {
+) -> Result<crate::Client, Error> {
     if endpoints.is_empty() {
         return Err(Error::Connect("no endpoints given".into()));
     }
@@ -65,7 +70,21 @@ pub async fn connect<E: AsRef<str>>(
     if let Some((user, password)) = options.user {
         opts = opts.with_user(user, password);
     }
-    etcd_client::Client::connect(endpoints, Some(opts))
+    let dial: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_string()).collect();
+    let first = etcd_client::Client::connect(endpoints, Some(opts.clone()))
         .await
-        .map_err(|e| Error::Connect(e.to_string()))
+        .map_err(|e| Error::Connect(e.to_string()))?;
+    // Clients of one process start on different members.
+    let start =
+        usize::try_from(NEXT_START.fetch_add(1, Ordering::Relaxed) + u64::from(std::process::id()))
+            .unwrap_or(0)
+            % dial.len();
+    let member = etcd_client::Client::connect([&dial[start]], Some(opts.clone()))
+        .await
+        .map_err(|e| Error::Connect(e.to_string()))?;
+    Ok(crate::Client::build(
+        first,
+        (start, member),
+        Some((dial, opts)),
+    ))
 }

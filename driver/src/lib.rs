@@ -54,6 +54,8 @@ pub struct ReadmeExamples;
 
 pub mod api;
 mod backend;
+#[cfg(not(madsim))]
+mod client;
 mod clock;
 #[cfg(not(madsim))]
 mod connect;
@@ -77,6 +79,8 @@ pub use api::{
     EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents,
     WatchMessage,
 };
+#[cfg(not(madsim))]
+pub use client::Client;
 #[cfg(not(madsim))]
 pub use connect::{connect, ConnectOptions};
 pub use coord_core::kv::KeyValue;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Weak};
 use coord_core::io::{Command, Completion};
 use coord_core::outbox::Output;
 use coord_core::probe::{ProbeConfig, ProbeEvent, ProbeInput, Prober};
+use coord_core::{Failure, Outcome};
 use tokio::sync::watch;
 
 use crate::api::{outcome, EtcdApi};
@@ -32,6 +33,9 @@ struct Hub {
     /// Each time etcd answers again after a silence: when the probe that
     /// found it back was sent.
     returned: watch::Sender<Option<tokio::time::Instant>>,
+    /// Bumped each time a loop found etcd silent (a request or stream
+    /// unanswered).
+    silences: watch::Sender<u64>,
     started: AtomicBool,
 }
 
@@ -47,6 +51,7 @@ impl ProbeHub {
         ProbeHub(Arc::new(Hub {
             demand: watch::channel(0).0,
             returned: watch::channel(None).0,
+            silences: watch::channel(0).0,
             started: AtomicBool::new(false),
         }))
     }
@@ -57,7 +62,12 @@ impl ProbeHub {
             return;
         }
         let demand = self.0.demand.subscribe();
-        tokio::spawn(run(api.clone(), Arc::downgrade(&self.0), demand));
+        let silences = self.0.silences.subscribe();
+        tokio::spawn(run(
+            api.for_probe(),
+            Arc::downgrade(&self.0),
+            (demand, silences),
+        ));
     }
 
     /// A loop's membership: its demand, and the wake-up on etcd's return.
@@ -107,6 +117,13 @@ impl Member {
     }
 }
 
+impl Member {
+    /// The loop's machine found etcd silent.
+    pub(crate) fn silence(&self) {
+        self.hub.silences.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
 impl Drop for Member {
     fn drop(&mut self) {
         self.set_waiting(false);
@@ -115,8 +132,13 @@ impl Drop for Member {
 
 type Probe = Pin<Box<dyn std::future::Future<Output = Completion> + Send>>;
 
-/// Runs the prober until the hub is gone.
-async fn run<A: EtcdApi>(api: A, hub: Weak<Hub>, mut demand: watch::Receiver<usize>) {
+/// Runs the prober until the hub is gone; tells the client each time etcd
+/// went silent (it may re-dial).
+async fn run<A: EtcdApi>(
+    api: A,
+    hub: Weak<Hub>,
+    (mut demand, mut silences): (watch::Receiver<usize>, watch::Receiver<u64>),
+) {
     let clock = Clock::start();
     let mut prober = Prober::new(ProbeConfig::default());
     let mut in_flight: Option<Probe> = None;
@@ -136,7 +158,10 @@ async fn run<A: EtcdApi>(api: A, hub: Weak<Hub>, mut demand: watch::Receiver<usi
                         }
                     }));
                 }
-                Output::Command(Command::Abandon { .. }) => in_flight = None,
+                Output::Command(Command::Abandon { .. }) => {
+                    in_flight = None;
+                    api.silent().await;
+                }
                 Output::Command(_) => {}
                 Output::Event(ProbeEvent::Returned { sent }) => {
                     let Some(hub) = hub.upgrade() else { return };
@@ -158,6 +183,13 @@ async fn run<A: EtcdApi>(api: A, hub: Weak<Hub>, mut demand: watch::Receiver<usi
                 }
                 ProbeInput::Demand(*demand.borrow_and_update() > 0)
             }
+            changed = silences.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                api.silent().await;
+                continue;
+            }
             done = async {
                 match in_flight.as_mut() {
                     Some(probe) => probe.await,
@@ -165,6 +197,14 @@ async fn run<A: EtcdApi>(api: A, hub: Weak<Hub>, mut demand: watch::Receiver<usi
                 }
             }, if in_flight.is_some() => {
                 in_flight = None;
+                // Refused (no leader) or broken: this member will not do.
+                if let Completion::Listed {
+                    outcome: Outcome::Err(Failure::Unavailable(_) | Failure::StreamClosed(_)),
+                    ..
+                } = &done
+                {
+                    api.silent().await;
+                }
                 ProbeInput::Io(done)
             }
             () = sleep_until(deadline) => ProbeInput::Timeout,

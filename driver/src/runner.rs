@@ -72,6 +72,7 @@ pub(crate) async fn run<A, M, H>(
     let hub = api.probe_hub().unwrap_or_default();
     hub.start(&api);
     let mut probe = hub.member();
+    let mut last_silences = 0;
     let mut exec = Executor::new(api, done_tx, watched_tx);
     host.start(clock.now(), &mut machine);
     loop {
@@ -86,6 +87,11 @@ pub(crate) async fn run<A, M, H>(
             break;
         }
         probe.set_waiting(machine.awaits_etcd());
+        let silences = machine.silences();
+        if silences != last_silences {
+            last_silences = silences;
+            probe.silence();
+        }
         let deadline = machine.poll_timeout().map(|d| clock.to_runtime(d));
         let room = host.room();
         let input = tokio::select! {

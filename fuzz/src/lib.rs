@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod liveness;
+pub mod probe;
 pub mod session;
 pub mod watcher;
 
@@ -41,6 +42,14 @@ pub(crate) fn pick(ops: &[OpId], which: u8) -> OpId {
         return OpId(u64::from(which));
     }
     ops[usize::from(which) % ops.len()]
+}
+
+/// Whether an advance of `ms` ends with a probe finding etcd back, and
+/// when that probe was sent (up to a second before `now`): about one
+/// advance in 32.
+pub(crate) fn returned(ms: u16, now: coord_core::Instant) -> Option<coord_core::Instant> {
+    (ms % 32 == 7)
+        .then(|| now.saturating_sub(std::time::Duration::from_millis(u64::from(ms % 1000))))
 }
 
 /// How far one fuzz case got, so a smoke run can check it is not vacuous.

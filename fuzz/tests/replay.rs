@@ -67,3 +67,13 @@ fn session_corpus_and_random_smoke() {
     assert!(reach.milestones > 5_000, "{reach:?}");
     eprintln!("REACH {reach:?}");
 }
+
+#[test]
+fn probe_corpus_and_random_smoke() {
+    assert!(replay("probe", coord_fuzz::probe::run) > 0);
+    let reach = random_inputs(4, 20_000, coord_fuzz::probe::run);
+    // Not vacuous: etcd found back after silences, many times.
+    assert!(reach.steps > 1_000_000, "{reach:?}");
+    assert!(reach.milestones > 5_000, "{reach:?}");
+    eprintln!("REACH {reach:?}");
+}

@@ -204,7 +204,18 @@ impl EtcdCluster {
 
     /// A client to the given endpoints with coord's recommended options.
     pub async fn client_to(&self, endpoints: &[String]) -> etcd_client::Client {
-        coord::connect(endpoints, coord::ConnectOptions::default())
+        let c = coord::connect(endpoints, coord::ConnectOptions::default())
+            .await
+            .expect("connect");
+        // The client dialled to every endpoint (not the one member coord's
+        // handles use at a time).
+        etcd_client::Client::clone(&c)
+    }
+
+    /// A coord client to every member (`coord::connect`: shared probe,
+    /// re-dialled when etcd goes silent).
+    pub async fn coord_client(&self) -> coord::Client {
+        coord::connect(&self.endpoints(), coord::ConnectOptions::default())
             .await
             .expect("connect")
     }

@@ -82,19 +82,26 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
     let c = Election::new(client.clone(), "e-try", session_opts(5))
         .await
         .unwrap();
-    let waiting = tokio::spawn(async move { c.campaign("c").await.map(|l| l.fence()) });
+    // The task returns the leadership (dropping it would resign) and the
+    // election (dropping it would end the session).
+    let waiting = tokio::spawn(async move { c.campaign("c").await.map(|l| (l, c)) });
     eventually(SOON, "c queued", || async {
         (queue(&client, "e-try/").await.len() == 2).then_some(())
     })
     .await;
     leader.resign().await.unwrap();
-    let fence_c = tokio::time::timeout(SOON, waiting)
+    let (lead_c, c) = tokio::time::timeout(SOON, waiting)
         .await
         .unwrap()
         .unwrap()
         .unwrap();
     assert!(b.try_campaign("b").await.unwrap().is_none(), "c leads now");
-    assert_eq!(queue(&client, "e-try/").await[0].create_revision, fence_c.0);
+    assert_eq!(
+        queue(&client, "e-try/").await[0].create_revision,
+        lead_c.fence().0
+    );
+    lead_c.resign().await.unwrap();
+    c.close().await.unwrap();
     a.close().await.unwrap();
     b.close().await.unwrap();
 }

@@ -223,10 +223,12 @@ async fn an_etcd_leader_killed_under_a_coord_leader_never_makes_two_leaders() {
     init_tracing();
     let mut etcd = EtcdCluster::three().await;
     let client = etcd.client().await;
-    let a = Election::new(client.clone(), "three-e", session_opts(5))
+    // Each on a client as `coord::connect` opens it: one member at a time,
+    // moving on when that member goes silent (here: is killed).
+    let a = Election::new(etcd.coord_client().await, "three-e", session_opts(5))
         .await
         .unwrap();
-    let b = Election::new(etcd.client().await, "three-e", session_opts(5))
+    let b = Election::new(etcd.coord_client().await, "three-e", session_opts(5))
         .await
         .unwrap();
     let leader = a.campaign("a").await.unwrap();

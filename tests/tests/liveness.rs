@@ -345,7 +345,9 @@ async fn one_member_stalled_longer_than_the_ttl_is_not_a_lost_registration() {
     // the member that stalls.
     let mut hosts = Vec::new();
     for i in 0..8 {
-        let client = etcd.client().await;
+        // As `coord::connect` opens it: re-dialled when etcd goes silent,
+        // so a stalled member is left without fast HTTP/2 pings.
+        let client = etcd.coord_client().await;
         let host = HostLiveness::register(client, meta(&format!("h-stall-{i}")), opts(3))
             .await
             .expect("register");

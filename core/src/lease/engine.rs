@@ -96,6 +96,8 @@ pub struct LeaseEngine {
     /// Grants that timed out: a lease one of them made is revoked when its
     /// answer arrives.
     late: LateGrants,
+    /// Requests and streams found unanswered so far.
+    silences: u64,
 }
 
 impl LeaseEngine {
@@ -111,6 +113,7 @@ impl LeaseEngine {
             out: Outbox::with_slot(slot),
             orphans: Revokes::default(),
             late: LateGrants::default(),
+            silences: 0,
         })
     }
 
@@ -222,6 +225,12 @@ impl LeaseEngine {
         Ok(())
     }
 
+    /// How many requests and streams were found unanswered so far (a
+    /// client may re-dial when this grows).
+    pub fn silences(&self) -> u64 {
+        self.silences
+    }
+
     /// True while waiting on etcd: registering, waiting to register again
     /// or to reopen a broken keep-alive stream, or a reopened stream not
     /// confirmed yet.
@@ -233,7 +242,10 @@ impl LeaseEngine {
                 link: Link::Down { .. },
                 ..
             } => true,
-            State::Held { .. } => self.backoff.attempt() > 0,
+            State::Held {
+                link: Link::Up(stream),
+                ..
+            } => stream.replies == 0 || self.backoff.attempt() > 0,
             State::Idle | State::Closing(_) | State::Closed(_) => false,
         }
     }
@@ -418,6 +430,7 @@ impl LeaseEngine {
                 step,
                 attempt,
             } if now >= deadline => {
+                self.silences += 1;
                 match step {
                     // Its answer may still come (this process paused, the
                     // network slow): a lease it made is then revoked. Any

@@ -25,8 +25,8 @@ pub(super) enum Found {
     Same,
     /// Another history at the view's revision.
     Diverged,
-    /// The view's revision is compacted: re-list (etcd's compact revision).
-    Compacted(Revision),
+    /// The view's revision is compacted: no telling; a re-list follows.
+    Compacted,
     /// etcd is behind the view's revision: a restore, or a lagging member.
     Behind,
     /// The read failed: try again later.
@@ -81,7 +81,7 @@ impl Verify {
                     Found::Diverged
                 }
             }
-            Outcome::Err(Failure::Compacted(rev)) => Found::Compacted(Revision(rev)),
+            Outcome::Err(Failure::Compacted(_)) => Found::Compacted,
             Outcome::Err(Failure::FutureRevision) => Found::Behind,
             failed => Found::Failed(AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout)),
         }
@@ -149,7 +149,7 @@ mod tests {
         assert_eq!(v.judge(listed(vec![])), Found::Diverged);
         assert_eq!(
             v.judge(Outcome::Err(Failure::Compacted(30))),
-            Found::Compacted(Revision(30))
+            Found::Compacted
         );
         assert_eq!(
             v.judge(Outcome::Err(Failure::FutureRevision)),

@@ -27,7 +27,7 @@ fn ttl(arg: &str) -> Duration {
     }
 }
 
-async fn client(endpoint: &str) -> etcd_client::Client {
+async fn client(endpoint: &str) -> coord::Client {
     match coord::connect(&[endpoint], coord::ConnectOptions::default()).await {
         Ok(c) => c,
         Err(e) => {

@@ -46,6 +46,7 @@ impl LeaseEngine {
                 // stream is silently broken (a stalled member, a blackholed
                 // connection).
                 let failure = Failure::StreamClosed("keep-alive unanswered".into());
+                self.silences += 1;
                 self.stream_broke(now, lease, stream, failure, next_send);
             }
             Link::Up(mut stream) if now >= next_send => {

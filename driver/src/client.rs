@@ -1,0 +1,194 @@
+//! The client [`connect`](crate::connect) opens: etcd-client's client,
+//! re-dialled when etcd goes silent, and the one probe that every handle
+//! made from it shares.
+
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
+use coord_core::{LeaseId, Revision};
+use tracing::{debug, warn};
+
+use crate::api::{EtcdApi, EtcdError, Granted};
+use crate::ProbeHub;
+
+/// Least time between two moves to another member.
+const MOVE_EVERY: Duration = Duration::from_secs(1);
+
+/// An etcd client for coord's handles, as [`connect`](crate::connect)
+/// opens it.
+///
+/// - One [`ProbeHub`], shared by its clones: however many handles a
+///   process makes from it, at most one cheap probe per second looks for
+///   etcd's return while any of them waits on etcd.
+/// - Its handles talk to one member at a time, and move to the next one
+///   (on a fresh connection) when etcd goes silent: a request, stream or
+///   probe unanswered, or a probe refused (a member without a leader). A
+///   member that stalls with its connections open (a paused process, a
+///   blackholed path) is so left within about a request timeout, whatever
+///   the HTTP/2 pings (which must stay slow; see
+///   [`ConnectOptions`](crate::ConnectOptions)). At most one move a second.
+///
+/// `Deref` gives the etcd-client client first dialled to every endpoint,
+/// for requests of your own. Handles also take a bare
+/// `etcd_client::Client`; each of them then probes on its own and never
+/// moves.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    /// `None` in the probe task's own copy, so that the task does not keep
+    /// the hub (and itself) alive.
+    probe: Option<ProbeHub>,
+}
+
+struct Shared {
+    first: etcd_client::Client,
+    /// The member handles use now: its index and client.
+    current: RwLock<(usize, etcd_client::Client)>,
+    /// How to dial a member (`None`: a client wrapped by [`Client::new`]).
+    dial: Option<(Vec<String>, etcd_client::ConnectOptions)>,
+    moved_at: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client").finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Wraps a client opened another way (set what
+    /// [`ConnectOptions`](crate::ConnectOptions) sets), with a fresh probe.
+    /// It never moves (coord does not know how to dial it).
+    pub fn new(etcd: etcd_client::Client) -> Self {
+        Self::build(etcd.clone(), (0, etcd), None)
+    }
+
+    /// `first` to every endpoint, handles on member `current`.
+    pub(crate) fn build(
+        first: etcd_client::Client,
+        current: (usize, etcd_client::Client),
+        dial: Option<(Vec<String>, etcd_client::ConnectOptions)>,
+    ) -> Self {
+        Client {
+            shared: Arc::new(Shared {
+                first,
+                current: RwLock::new(current),
+                dial,
+                moved_at: Mutex::new(None),
+            }),
+            probe: Some(ProbeHub::new()),
+        }
+    }
+
+    /// The etcd-client client coord's handles use now (one member's).
+    pub fn etcd(&self) -> etcd_client::Client {
+        match self.shared.current.read() {
+            Ok(c) => c.1.clone(),
+            Err(poisoned) => poisoned.into_inner().1.clone(),
+        }
+    }
+
+    fn current_index(&self) -> usize {
+        match self.shared.current.read() {
+            Ok(c) => c.0,
+            Err(poisoned) => poisoned.into_inner().0,
+        }
+    }
+}
+
+impl From<etcd_client::Client> for Client {
+    fn from(etcd: etcd_client::Client) -> Self {
+        Client::new(etcd)
+    }
+}
+
+impl Deref for Client {
+    type Target = etcd_client::Client;
+
+    fn deref(&self) -> &etcd_client::Client {
+        &self.shared.first
+    }
+}
+
+impl EtcdApi for Client {
+    type Keeper = <etcd_client::Client as EtcdApi>::Keeper;
+    type Replies = <etcd_client::Client as EtcdApi>::Replies;
+    type WatchControl = <etcd_client::Client as EtcdApi>::WatchControl;
+    type WatchEvents = <etcd_client::Client as EtcdApi>::WatchEvents;
+
+    fn probe_hub(&self) -> Option<ProbeHub> {
+        self.probe.clone()
+    }
+
+    fn for_probe(&self) -> Self {
+        Client {
+            shared: Arc::clone(&self.shared),
+            probe: None,
+        }
+    }
+
+    async fn silent(&self) {
+        let Some((endpoints, options)) = &self.shared.dial else {
+            return;
+        };
+        {
+            let mut at = match self.shared.moved_at.lock() {
+                Ok(g) => g,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            let now = tokio::time::Instant::now();
+            if at.is_some_and(|t| now < t + MOVE_EVERY) {
+                return;
+            }
+            *at = Some(now);
+        }
+        let next = (self.current_index() + 1) % endpoints.len().max(1);
+        let Some(endpoint) = endpoints.get(next) else {
+            return;
+        };
+        match etcd_client::Client::connect([endpoint], Some(options.clone())).await {
+            Ok(fresh) => {
+                debug!(%endpoint, "etcd went silent: moving to the next member");
+                match self.shared.current.write() {
+                    Ok(mut c) => *c = (next, fresh),
+                    Err(poisoned) => *poisoned.into_inner() = (next, fresh),
+                }
+            }
+            Err(e) => warn!(%endpoint, error = %e, "dialling the next etcd member failed"),
+        }
+    }
+
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        EtcdApi::range(&self.etcd(), request).await
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        EtcdApi::txn(&self.etcd(), txn).await
+    }
+
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start_revision: Revision,
+    ) -> Result<(Self::WatchControl, Self::WatchEvents), EtcdError> {
+        EtcdApi::watch(&self.etcd(), key, prefix, start_revision).await
+    }
+
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        EtcdApi::lease_grant(&self.etcd(), ttl_secs).await
+    }
+
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        EtcdApi::lease_revoke(&self.etcd(), lease).await
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        lease: LeaseId,
+    ) -> Result<(Self::Keeper, Self::Replies), EtcdError> {
+        EtcdApi::lease_keep_alive(&self.etcd(), lease).await
+    }
+}

@@ -1,0 +1,207 @@
+//! Fuzzing the `Prober`: demand switching on and off, probes answered,
+//! refused, lost or late, time jumping. Invariants checked after every
+//! step, against a model of what the prober learned:
+//! - a probe is sent only while demanded, never two in flight, and never
+//!   sooner than an interval after the last;
+//! - only the probe in flight is ever abandoned;
+//! - `Returned` comes exactly when a probe is answered after the last
+//!   verdict was a silence, and names that probe's send time.
+
+use std::time::Duration;
+
+use arbitrary::Arbitrary;
+use coord_core::io::{Command, Completion, Listing};
+use coord_core::outbox::Output;
+use coord_core::probe::{ProbeConfig, ProbeEvent, ProbeInput, Prober};
+use coord_core::{Failure, Instant, OpId, Outcome};
+
+#[derive(Debug, Arbitrary)]
+struct Plan {
+    interval_ms: u16,
+    timeout_ms: u16,
+}
+
+#[derive(Debug, Clone, Copy, Arbitrary)]
+enum Answer {
+    Ok,
+    Refused,
+    Broken,
+    Lost,
+    Denied,
+}
+
+#[derive(Debug, Arbitrary)]
+enum Step {
+    Demand(bool),
+    Advance(u16),
+    /// Answers the probe in flight (if any).
+    Answer(Answer),
+    /// Answers some other op (stale or made up).
+    Stale {
+        op: u8,
+        answer: Answer,
+    },
+}
+
+impl Answer {
+    fn outcome(self) -> Outcome<Listing> {
+        match self {
+            Answer::Ok => Outcome::Ok(Listing::default()),
+            Answer::Refused => Outcome::Err(Failure::Unavailable("fuzz".into())),
+            Answer::Broken => Outcome::Err(Failure::StreamClosed("fuzz".into())),
+            Answer::Lost => Outcome::Unknown,
+            Answer::Denied => Outcome::Err(Failure::Other("permission denied".into())),
+        }
+    }
+
+    fn silent(self) -> bool {
+        matches!(self, Answer::Refused | Answer::Broken | Answer::Lost)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    None,
+    Answered,
+    Silent,
+}
+
+struct Harness {
+    now: u64,
+    config: ProbeConfig,
+    demand: bool,
+    /// The probe in flight: its op and send time.
+    in_flight: Option<(OpId, u64)>,
+    last_sent: Option<u64>,
+    verdict: Verdict,
+    /// A return the model expects from the step just fed: its send time.
+    expect_return: Option<u64>,
+    milestones: usize,
+}
+
+/// Runs one fuzz case; panics on a broken invariant.
+pub fn run(data: &[u8]) -> crate::Reach {
+    let Some((plan, steps)) = crate::decode::<Plan, Step>(data) else {
+        return crate::Reach::default();
+    };
+    let config = ProbeConfig {
+        interval: Duration::from_millis(u64::from(plan.interval_ms.max(1))),
+        request_timeout: Duration::from_millis(u64::from(plan.timeout_ms.max(1))),
+    };
+    let mut p = Prober::new(config.clone());
+    let mut h = Harness {
+        now: 0,
+        config,
+        demand: false,
+        in_flight: None,
+        last_sent: None,
+        verdict: Verdict::None,
+        expect_return: None,
+        milestones: 0,
+    };
+    let n = steps.len();
+    for step in steps {
+        h.step(&mut p, step);
+    }
+    crate::Reach {
+        steps: n,
+        milestones: h.milestones,
+    }
+}
+
+impl Harness {
+    fn step(&mut self, p: &mut Prober, step: Step) {
+        let now = Instant::from_millis(self.now);
+        match step {
+            Step::Demand(d) => {
+                self.demand = d;
+                p.handle(now, ProbeInput::Demand(d));
+            }
+            Step::Advance(ms) => {
+                self.now += u64::from(ms);
+                let now = Instant::from_millis(self.now);
+                if p.poll_timeout().is_some_and(|d| d <= now) {
+                    if let Some((_, sent)) = self.in_flight {
+                        let timeout = self.config.request_timeout.as_millis();
+                        if u128::from(self.now) >= u128::from(sent) + timeout {
+                            // The probe times out: a silence.
+                            self.verdict = Verdict::Silent;
+                        }
+                    }
+                    p.handle(now, ProbeInput::Timeout);
+                }
+            }
+            Step::Answer(answer) => {
+                if let Some((op, sent)) = self.in_flight.take() {
+                    let silent = answer.silent();
+                    if !silent && self.verdict == Verdict::Silent {
+                        self.expect_return = Some(sent);
+                    }
+                    self.verdict = if silent {
+                        Verdict::Silent
+                    } else {
+                        Verdict::Answered
+                    };
+                    p.handle(
+                        now,
+                        ProbeInput::Io(Completion::Listed {
+                            op,
+                            outcome: answer.outcome(),
+                        }),
+                    );
+                }
+            }
+            Step::Stale { op, answer } => {
+                let op = OpId(u64::from(op) + 10_000);
+                p.handle(
+                    now,
+                    ProbeInput::Io(Completion::Listed {
+                        op,
+                        outcome: answer.outcome(),
+                    }),
+                );
+            }
+        }
+        self.drain(p);
+    }
+
+    fn drain(&mut self, p: &mut Prober) {
+        let expected = self.expect_return.take();
+        let mut returned = None;
+        while let Some(out) = p.poll() {
+            match out {
+                Output::Command(Command::Range { op, .. }) => {
+                    assert!(self.demand, "a probe without demand");
+                    assert!(self.in_flight.is_none(), "two probes in flight");
+                    if let Some(last) = self.last_sent {
+                        let gap = u128::from(self.now - last);
+                        assert!(
+                            gap >= self.config.interval.as_millis(),
+                            "probes {gap} ms apart"
+                        );
+                    }
+                    self.in_flight = Some((op, self.now));
+                    self.last_sent = Some(self.now);
+                }
+                Output::Command(Command::Abandon { op }) => {
+                    let live = self.in_flight.take();
+                    assert_eq!(live.map(|(o, _)| o), Some(op), "abandoned a dead op");
+                }
+                Output::Command(other) => panic!("unexpected command {other:?}"),
+                Output::Event(ProbeEvent::Returned { sent }) => {
+                    assert!(returned.is_none(), "two returns at once");
+                    returned = Some(sent.as_millis());
+                    self.milestones += 1;
+                }
+            }
+        }
+        assert_eq!(returned, expected, "a return exactly after silence");
+        if let Some(deadline) = p.poll_timeout() {
+            assert!(
+                self.demand || self.in_flight.is_some(),
+                "a timer with nothing to do"
+            );
+            let _ = deadline;
+        }
+    }
+}
