@@ -58,9 +58,16 @@ impl Wrap for Real {
 const ETCD_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const ETCD_PORT: u16 = 2379;
 
+/// Hosts 0-89 as always (so runs keep their histories); larger fleets (up
+/// to 1,000 hosts and more) continue in 10.1.0.0/16.
 fn host_ip(i: usize) -> IpAddr {
-    let last = u8::try_from(10 + i).unwrap_or(u8::MAX);
-    IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
+    if let Some(last) = u8::try_from(10 + i).ok().filter(|l| *l < 100) {
+        return IpAddr::V4(Ipv4Addr::new(192, 0, 2, last));
+    }
+    let n = i - 90;
+    let third = u8::try_from(n / 250).unwrap_or(u8::MAX);
+    let fourth = u8::try_from(n % 250 + 1).unwrap_or(u8::MAX);
+    IpAddr::V4(Ipv4Addr::new(10, 1, third, fourth))
 }
 
 fn watcher_ip(i: usize) -> IpAddr {
