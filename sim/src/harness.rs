@@ -694,15 +694,7 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
                     None
                 }
             };
-            if let Some(node) = node {
-                handle.kill(node);
-                let w2 = w.clone();
-                madsim::task::spawn(async move {
-                    sleep(Duration::from_millis(down_ms)).await;
-                    restart(&w2, host);
-                });
-            }
-            node.is_some()
+            crash_for(w, node, down_ms, move |w| restart(w, host))
         }
         Fault::WatcherCrash { watcher, down_ms } => {
             let node = {
@@ -716,15 +708,7 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
                     None
                 }
             };
-            if let Some(node) = node {
-                handle.kill(node);
-                let w2 = w.clone();
-                madsim::task::spawn(async move {
-                    sleep(Duration::from_millis(down_ms)).await;
-                    restart_watcher(&w2, watcher);
-                });
-            }
-            node.is_some()
+            crash_for(w, node, down_ms, move |w| restart_watcher(w, watcher))
         }
         Fault::Wipe {
             new_cluster,
@@ -752,6 +736,26 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
     if applied {
         w.record(What::Fault(fault.clone()));
     }
+}
+
+/// Kills `node` (a process that could crash), and runs `restart` after
+/// `down_ms`. True if it crashed.
+fn crash_for(
+    w: &World,
+    node: Option<NodeId>,
+    down_ms: u64,
+    restart: impl FnOnce(&World) + Send + 'static,
+) -> bool {
+    let Some(node) = node else {
+        return false;
+    };
+    Handle::current().kill(node);
+    let w2 = w.clone();
+    madsim::task::spawn(async move {
+        sleep(Duration::from_millis(down_ms)).await;
+        restart(&w2);
+    });
+    true
 }
 
 fn restart_watcher(w: &World, watcher: usize) {
