@@ -337,6 +337,24 @@ impl Contender {
 
     /// etcd answers again: cuts a backoff wait short.
     pub(crate) fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
+        // Requests sent in the silence are given up now, as their deadline
+        // would (a join or leave then waits to be retried, cut below).
+        let timeout = self.config.request_timeout;
+        let lost = |deadline: Instant| crate::probe::sent_before(deadline, timeout, probe_sent);
+        for r in self.requests.values_mut() {
+            if lost(r.deadline) {
+                r.deadline = now;
+            }
+        }
+        match &mut self.state {
+            State::Joining { deadline, .. }
+            | State::Leaving {
+                step: LeaveStep::InFlight { deadline, .. },
+                ..
+            } if lost(*deadline) => *deadline = now,
+            _ => {}
+        }
+        self.timeout(now, ids);
         match &mut self.state {
             State::Rejoin { next_at, .. } => *next_at = self.backoff.cut(now, *next_at),
             State::Leaving {
