@@ -386,3 +386,44 @@ fn close_ends_every_campaign_then_revokes_the_lease() {
 
 #[path = "election_tests.rs"]
 mod election;
+
+#[test]
+fn a_join_sent_in_a_silence_is_given_up_when_etcd_returns_and_retried_soon() {
+    let mut s = session();
+    let out = campaign(&mut s, 10, 1, Mode::Wait);
+    let (join, _) = the_txn(&out);
+    assert!(s.awaits_etcd(), "a join in flight waits on etcd");
+    // etcd answers a probe sent after the join went out: the join is given
+    // up at once (not at its deadline, 2 s later), and retried within half
+    // a second (the wait cut short).
+    s.handle(t(500), Input::Returned { probe_sent: t(400) })
+        .unwrap();
+    let out = drain(&mut s);
+    assert!(
+        commands(&out).contains(&Command::Abandon { op: join }),
+        "{out:?}"
+    );
+    // (A keep-alive goes out at once too, to prove the stream.)
+    let (retry, again) = loop {
+        let at = s.poll_timeout().unwrap();
+        assert!(at <= t(1_000), "no join retried by {at}");
+        s.handle(at, Input::Timeout).unwrap();
+        let out = drain(&mut s);
+        if commands(&out)
+            .iter()
+            .any(|c| matches!(c, Command::Txn { .. }))
+        {
+            break (at, the_txn(&out).0);
+        }
+    };
+    assert_ne!(again, join);
+    // A join sent after the probe is left alone.
+    s.handle(
+        t(retry.as_millis() + 5),
+        Input::Returned {
+            probe_sent: t(retry.as_millis() - 1),
+        },
+    )
+    .unwrap();
+    assert!(!commands(&drain(&mut s)).contains(&Command::Abandon { op: again }));
+}
