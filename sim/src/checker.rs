@@ -62,6 +62,8 @@ pub enum Invariant {
     WatcherConverges,
     /// An undisturbed watcher missed a change.
     WatcherComplete,
+    /// A watcher's view stayed stale while its `status()` said `Watching`.
+    WatcherSaysStale,
     /// Two handles of one name believed they lead while both keys existed.
     OneLeader,
     /// A leader's belief outlived its key (beyond the bound).

@@ -121,6 +121,14 @@ pub fn watcher_bound() -> Duration {
     o.probe_interval + o.request_timeout + o.backoff.cap + Duration::from_secs(4)
 }
 
+/// How long a watcher's view may be stale while its `status()` still says
+/// `Watching`: a silent stream is noticed within the probe interval plus a
+/// request timeout; 1 s more for delivery.
+pub fn says_stale_bound() -> Duration {
+    let o = WatcherOptions::default();
+    o.probe_interval + o.request_timeout + Duration::from_secs(1)
+}
+
 /// How long after the heal every name with a live contender must have a
 /// leader: the longest TTL (a dead leader's key expires) plus expiry slack,
 /// then a silent queue watch noticed within the probe interval plus a
@@ -163,6 +171,7 @@ struct Slot {
 struct WatcherSlot {
     proc: Proc,
     view: Option<Arc<HostView>>,
+    status: Option<tokio::sync::watch::Receiver<coord::ViewStatus>>,
 }
 
 #[derive(Default)]
@@ -245,6 +254,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         fleet(&world.fleet).watchers.push(WatcherSlot {
             proc: Proc::new(etcd_node.id()),
             view: None,
+            status: None,
         });
         let node = handle
             .create_node()
@@ -458,7 +468,11 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: V
             .into_iter()
             .map(|(h, r)| (host_index(&h).unwrap_or(usize::MAX), r.mod_revision.0))
             .collect();
-        fleet(&w.fleet).watchers[i].view = Some(Arc::new(view));
+        {
+            let mut f = fleet(&w.fleet);
+            f.watchers[i].view = Some(Arc::new(view));
+            f.watchers[i].status.get_or_insert_with(|| watcher.status());
+        }
         let Some(event) = watcher.next().await else {
             return;
         };
@@ -545,6 +559,10 @@ async fn sample_forever(w: World) {
                 .map(|slot| WatcherSample {
                     condition: slot.proc.condition,
                     view: slot.view.clone(),
+                    says_current: slot
+                        .status
+                        .as_ref()
+                        .map(|s| matches!(*s.borrow(), coord::ViewStatus::Watching { .. })),
                 })
                 .collect();
             (hosts, watchers)
@@ -703,6 +721,7 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
                 if slot.proc.condition == Condition::Alive {
                     slot.proc.condition = Condition::Crashed;
                     slot.view = None;
+                    slot.status = None;
                     Some(slot.proc.node)
                 } else {
                     None

@@ -340,6 +340,9 @@ pub struct WatcherSample {
     /// Its `view()`: host index to the key's mod revision (`None` until
     /// the watcher exists).
     pub view: Option<std::sync::Arc<HostView>>,
+    /// Whether its `status()` says `Watching` (the view current), `None`
+    /// until the watcher exists.
+    pub says_current: Option<bool>,
 }
 
 /// A record with its virtual time.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::checker::{Invariant, Verdict};
-use crate::harness::watcher_bound;
+use crate::harness::{says_stale_bound, watcher_bound};
 use crate::history::{
     host_index, Condition, History, HostView, WatcherEventKind, WatcherSample, What,
 };
@@ -116,6 +116,9 @@ pub(crate) fn watchers(
     // The latest sample of etcd (for convergence).
     let mut truth_now: Option<HostView> = None;
     let convergence_at = heal_at.map(|h| h + bound);
+    // Per watcher: since when its view has been stale while it said
+    // `Watching`.
+    let mut silent_since: Vec<Option<u64>> = vec![None; WATCHERS];
     let mut convergence_checked = false;
     for r in &history.records {
         for (rev, t) in made[made_applied..]
@@ -237,6 +240,9 @@ pub(crate) fn watchers(
                     convergence_checked = true;
                     check_converged(at, truth, &views, samples, v);
                 }
+                for (w, view) in views.iter().enumerate() {
+                    check_says_stale(w, at, &etcd, view, samples.get(w), &mut silent_since, v);
+                }
                 for w in 0..WATCHERS {
                     let alive = samples
                         .get(w)
@@ -260,6 +266,44 @@ pub(crate) fn watchers(
                 format!("watcher {w}: revision went back from {from} and no restore followed"),
             );
         }
+    }
+}
+
+/// Never a silent stale view: a live watcher whose replayed view disagrees
+/// with a host etcd has held unchanged for [`says_stale_bound`] must not
+/// keep saying `Watching` for more than a second.
+fn check_says_stale(
+    w: usize,
+    at: u64,
+    etcd: &BTreeMap<usize, (Option<i64>, u64)>,
+    view: &HostView,
+    sample: Option<&WatcherSample>,
+    silent_since: &mut [Option<u64>],
+    v: &mut Verdict,
+) {
+    let says_current =
+        sample.is_some_and(|s| s.condition == Condition::Alive && s.says_current == Some(true));
+    let settled = ms(says_stale_bound());
+    let stale = etcd.iter().find(|(h, (truth, changed))| {
+        changed.saturating_add(settled) <= at && view.get(h).copied() != *truth
+    });
+    let (Some((host, (truth, _))), true) = (stale, says_current) else {
+        silent_since[w] = None;
+        return;
+    };
+    v.checks += 1;
+    let since = *silent_since[w].get_or_insert(at);
+    if at >= since + 1000 {
+        v.violate(
+            Invariant::WatcherSaysStale,
+            at,
+            None,
+            format!(
+                "watcher {w}: host-{host} is {truth:?} in etcd but {:?} in its view, and its status says Watching since {since} ms",
+                view.get(host)
+            ),
+        );
+        silent_since[w] = Some(at);
     }
 }
 
