@@ -252,6 +252,16 @@ pub enum Change {
     Closed,
 }
 
+/// What the filter does with a key under the prefix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wanted {
+    Kept,
+    /// Outside the prefix, or excluded on purpose.
+    Left,
+    /// Not a valid host id (reported as `Ignored`).
+    Invalid,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Probe {
     /// Quiet; probe at `at` unless a message comes first.
@@ -653,10 +663,7 @@ impl Mirror {
     /// Resumes the watch after a break, once a read-back found etcd's
     /// history the same (see [`verify`]); an empty view resumes at once.
     fn resume(&mut self, now: Instant, ids: &mut OpIds) {
-        let Some(verify) = Verify::of(self.view.values(), self.revision) else {
-            self.watch(now, ids);
-            return;
-        };
+        let verify = Verify::of(self.view.values(), &self.config.prefix, self.revision);
         let op = ids.next();
         self.cmd(Command::Range {
             op,
@@ -674,7 +681,9 @@ impl Mirror {
         else {
             return;
         };
-        match verify.judge(outcome) {
+        let kept = |key: &Key| self.wanted(key) == Wanted::Kept;
+        let found = verify.judge(outcome, kept);
+        match found {
             Found::Same => self.watch(now, ids),
             Found::Diverged => self.list(now, ListReason::Diverged(self.revision), ids),
             // The watch will say so too, with etcd's compact revision (a
@@ -886,18 +895,33 @@ impl Mirror {
     /// True if the filter keeps `key` (reporting it as ignored if not, and
     /// not excluded on purpose).
     fn keeps(&mut self, key: &Key) -> bool {
-        let KeyFilter::HostIds { exclude } = &self.config.filter else {
-            return key.0.starts_with(&self.config.prefix.0);
-        };
-        let Some(tail) = key.0.strip_prefix(self.config.prefix.0.as_slice()) else {
-            return false;
-        };
-        match std::str::from_utf8(tail) {
-            Ok(h) if validate_host_id(h).is_ok() => exclude.as_deref() != Some(h),
-            _ => {
+        match self.wanted(key) {
+            Wanted::Kept => true,
+            Wanted::Left => false,
+            Wanted::Invalid => {
                 self.change(Change::Ignored { key: key.clone() });
                 false
             }
+        }
+    }
+
+    /// Whether the filter keeps `key`.
+    fn wanted(&self, key: &Key) -> Wanted {
+        let Some(tail) = key.0.strip_prefix(self.config.prefix.0.as_slice()) else {
+            return Wanted::Left;
+        };
+        let KeyFilter::HostIds { exclude } = &self.config.filter else {
+            return Wanted::Kept;
+        };
+        match std::str::from_utf8(tail) {
+            Ok(h) if validate_host_id(h).is_ok() => {
+                if exclude.as_deref() == Some(h) {
+                    Wanted::Left
+                } else {
+                    Wanted::Kept
+                }
+            }
+            _ => Wanted::Invalid,
         }
     }
 
