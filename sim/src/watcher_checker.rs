@@ -119,6 +119,9 @@ pub(crate) fn watchers(
     // Per watcher: since when its view has been stale while it said
     // `Watching`.
     let mut silent_since: Vec<Option<u64>> = vec![None; WATCHERS];
+    // Per watcher: when it last resumed from a pause or restarted (it
+    // cannot notice anything while paused).
+    let mut awake_since: Vec<u64> = vec![0; WATCHERS];
     let mut convergence_checked = false;
     for r in &history.records {
         for (rev, t) in made[made_applied..]
@@ -129,9 +132,17 @@ pub(crate) fn watchers(
             made_applied += 1;
         }
         match &r.what {
+            What::WatcherResumed { watcher } => {
+                if let Some(a) = awake_since.get_mut(*watcher) {
+                    *a = r.at_ms;
+                }
+            }
             What::WatcherRestarted { watcher } => {
                 // A new watcher: it starts from a snapshot.
                 let w = *watcher;
+                if let Some(a) = awake_since.get_mut(w) {
+                    *a = r.at_ms;
+                }
                 if w < WATCHERS {
                     views[w].clear();
                     last_rev[w] = 0;
@@ -241,7 +252,16 @@ pub(crate) fn watchers(
                     check_converged(at, truth, &views, samples, v);
                 }
                 for (w, view) in views.iter().enumerate() {
-                    check_says_stale(w, at, &etcd, view, samples.get(w), &mut silent_since, v);
+                    let since = awake_since[w];
+                    check_says_stale(
+                        (w, since),
+                        at,
+                        &etcd,
+                        view,
+                        samples.get(w),
+                        &mut silent_since,
+                        v,
+                    );
                 }
                 for w in 0..WATCHERS {
                     let alive = samples
@@ -270,10 +290,12 @@ pub(crate) fn watchers(
 }
 
 /// Never a silent stale view: a live watcher whose replayed view disagrees
-/// with a host etcd has held unchanged for [`says_stale_bound`] must not
-/// keep saying `Watching` for more than a second.
+/// with a host etcd has held unchanged for [`says_stale_bound`] (counted
+/// from the watcher's last resume or restart, if later: paused, it cannot
+/// notice anything) must not keep saying `Watching` for more than a
+/// second.
 fn check_says_stale(
-    w: usize,
+    (w, awake_since): (usize, u64),
     at: u64,
     etcd: &BTreeMap<usize, (Option<i64>, u64)>,
     view: &HostView,
@@ -285,7 +307,7 @@ fn check_says_stale(
         sample.is_some_and(|s| s.condition == Condition::Alive && s.says_current == Some(true));
     let settled = ms(says_stale_bound());
     let stale = etcd.iter().find(|(h, (truth, changed))| {
-        changed.saturating_add(settled) <= at && view.get(h).copied() != *truth
+        (*changed).max(awake_since).saturating_add(settled) <= at && view.get(h).copied() != *truth
     });
     let (Some((host, (truth, _))), true) = (stale, says_current) else {
         silent_since[w] = None;
