@@ -88,7 +88,7 @@ pub(crate) struct Member {
 }
 
 impl Member {
-    /// Whether the loop's machine waits out a backoff now.
+    /// Whether the loop's machine waits on etcd now (`awaits_etcd`).
     pub(crate) fn set_waiting(&mut self, waiting: bool) {
         if waiting == self.waiting {
             return;
@@ -115,9 +115,7 @@ impl Member {
             }
         }
     }
-}
 
-impl Member {
     /// The loop's machine found etcd silent.
     pub(crate) fn silence(&self) {
         self.hub.silences.send_modify(|n| *n = n.wrapping_add(1));
