@@ -30,8 +30,9 @@
 //! from another cluster) is a restore: the view becomes the listing, the
 //! difference is reported, then `Resynced` with the reason, and the
 //! mirror's revision moves to the listing's (the one time it goes back). A
-//! serializable listing behind the mirror proves nothing (a lagging member
-//! answered it): it is read again linearizably, never applied.
+//! serializable listing behind the mirror, or behind the compaction that
+//! made it list, proves nothing (a lagging member answered it): it is read
+//! again linearizably, never applied.
 //!
 //! The mirror is a part, not a machine: its owner lends it op ids (so ids
 //! stay unique across the owner's parts), routes the mirror's completions
@@ -774,7 +775,8 @@ impl Mirror {
     /// Makes the view equal `listing`, reporting the difference, then
     /// watches from its revision + 1. A listing behind the view (or from
     /// another cluster) is a restore if it was read linearizably, and is
-    /// read again linearizably if not.
+    /// read again linearizably if not; so is a serializable listing behind
+    /// the compaction it was read for.
     fn apply_listing(
         &mut self,
         now: Instant,
@@ -787,7 +789,14 @@ impl Mirror {
             && listing.cluster.is_known()
             && listing.cluster != self.cluster;
         let behind = listing.revision < self.revision;
-        if behind && !other_cluster && consistency == Consistency::Serializable {
+        // What etcd has already shown: the view's revision, and the
+        // compaction that made this listing necessary (a watch from a
+        // listing below it would be compacted again at once).
+        let floor = match reason {
+            ListReason::Resync(compacted) => self.revision.max(compacted),
+            ListReason::Initial | ListReason::Diverged(_) | ListReason::Check => self.revision,
+        };
+        if listing.revision < floor && !other_cluster && consistency == Consistency::Serializable {
             // A lagging member answered: it proves nothing. Read again,
             // linearizably, for the same reason.
             self.list_with(now, reason, Consistency::Linearizable, ids);

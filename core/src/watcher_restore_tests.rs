@@ -263,6 +263,51 @@ fn a_serializable_listing_behind_the_view_is_read_again_linearizably_never_appli
     );
 }
 
+/// Found by the simulator (generator 6, seed 1816): a member frozen at the
+/// view's own revision answered the listing after a compaction; applied,
+/// its watch was compacted again at once, and the mirror re-listed in a
+/// loop, stale, for as long as the member lagged.
+#[test]
+fn a_serializable_listing_behind_the_compaction_it_was_read_for_is_read_again_linearizably() {
+    let mut c = config(StartPolicy::FailFast);
+    c.consistency = Consistency::Serializable;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    page(&mut m, 1, 1, vec![kv("a", "A", 3, 7)], 10, false, A);
+    let _ = drain(&mut m);
+    m.handle(
+        t(5),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::Compacted(12),
+        }),
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    // At the view's revision, not behind it, but behind the compaction.
+    page(&mut m, 6, 3, vec![kv("a", "A", 3, 7)], 10, false, A);
+    assert_eq!(drain(&mut m), vec![lin(4)]);
+    page(
+        &mut m,
+        7,
+        4,
+        vec![kv("a", "A", 3, 7), kv("b", "B", 11, 7)],
+        13,
+        false,
+        A,
+    );
+    let out = drain(&mut m);
+    assert_eq!(out.last(), Some(&watch(5, 14)), "{out:?}");
+    assert!(out.iter().any(|o| matches!(
+        o,
+        Output::Event(Event::Resynced {
+            revision: Revision(13),
+            ..
+        })
+    )));
+}
+
 #[test]
 fn another_cluster_answering_is_a_restore_even_with_a_higher_revision() {
     let mut m = watching_a();
