@@ -64,6 +64,8 @@ pub enum Invariant {
     WatcherComplete,
     /// A watcher's view stayed stale while its `status()` said `Watching`.
     WatcherSaysStale,
+    /// A watcher retried because its consumer stalled.
+    StallBreaksNothing,
     /// Two handles of one name believed they lead while both keys existed.
     OneLeader,
     /// A leader's belief outlived its key (beyond the bound).

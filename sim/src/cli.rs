@@ -41,7 +41,7 @@ pub struct Cli {
     pub jobs: Option<u64>,
     /// Schedule generator version; older ones reproduce seeds pinned with
     /// them.
-    #[arg(long, default_value_t = 5, value_name = "V",
-          value_parser = clap::value_parser!(u8).range(1..=5))]
+    #[arg(long, default_value_t = 6, value_name = "V",
+          value_parser = clap::value_parser!(u8).range(1..=6))]
     pub generator: u8,
 }

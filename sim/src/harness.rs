@@ -29,7 +29,7 @@ use crate::history::{
     WatcherEventRecord, WatcherSample, What, SAMPLE_EVERY,
 };
 pub(crate) use crate::process::Proc;
-use crate::schedule::{Case, Fault, WATCHERS};
+use crate::schedule::{Case, Fault, Generator, WATCHERS};
 use crate::server::{self, lock, now_ms, SharedEtcd};
 
 /// Turns the simulated client into the `EtcdApi` the hosts use. The real
@@ -172,6 +172,8 @@ struct WatcherSlot {
     proc: Proc,
     view: Option<Arc<HostView>>,
     status: Option<tokio::sync::watch::Receiver<coord::ViewStatus>>,
+    /// Its consumer takes no event before this virtual ms.
+    stall_until: u64,
 }
 
 #[derive(Default)]
@@ -250,17 +252,22 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         let wrap = wrap.clone();
         let seed = case.seed;
         let names = case.names();
+        let generator = case.generator;
         // The slot exists before the node, whose init reads it.
         fleet(&world.fleet).watchers.push(WatcherSlot {
             proc: Proc::new(etcd_node.id()),
             view: None,
             status: None,
+            stall_until: 0,
         });
         let node = handle
             .create_node()
             .name(format!("watcher-{i}"))
             .ip(watcher_ip(i))
-            .init(move || watcher_agent(w.clone(), wrap.clone(), i, seed, names.clone()))
+            .init(move || {
+                let opts = (i, seed, generator);
+                watcher_agent(w.clone(), wrap.clone(), opts, names.clone())
+            })
             .build();
         fleet(&world.fleet).watchers[i].proc.node = node.id();
     }
@@ -422,10 +429,44 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
     w.record(What::TaskEnded { host: i, ended });
 }
 
+/// The options of watcher `i` in a case of `generator`: from V6 on,
+/// watcher 0 lists serializably (a stale member may answer it) and every
+/// buffer holds one event (a stalled consumer soon fills it, so the
+/// watcher stops reading its stream).
+fn watcher_options_for(i: usize, mixed: u64, generator: Generator) -> WatcherOptions {
+    let opts = watcher_options(mixed);
+    match generator {
+        Generator::V1 | Generator::V2 | Generator::V3 | Generator::V4 | Generator::V5 => opts,
+        Generator::V6 => WatcherOptions {
+            serializable: i == 0,
+            buffer: 1,
+            ..opts
+        },
+    }
+}
+
+/// Waits while watcher `i`'s consumer is stalled.
+async fn consumer_stall(w: &World, i: usize) {
+    loop {
+        let until = fleet(&w.fleet).watchers[i].stall_until;
+        let now = w.now();
+        if now >= until {
+            return;
+        }
+        // In steps: the heal may end the stall early.
+        sleep(Duration::from_millis((until - now).min(100))).await;
+    }
+}
+
 /// One watcher process: records every event its consumer takes, and
 /// publishes its `view()` for the observer; it also observes every
 /// election name and records what it sees.
-async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: Vec<String>) {
+async fn watcher_agent<W: Wrap>(
+    w: World,
+    wrap: W,
+    (i, seed, generator): (usize, u64, Generator),
+    names: Vec<String>,
+) {
     let id = (1 << 48) | u64::try_from(i).unwrap_or(0);
     let Some(etcd) = w.client(id).await else {
         return;
@@ -455,7 +496,7 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: V
             }
         });
     }
-    let opts = watcher_options(mixed);
+    let opts = watcher_options_for(i, mixed, generator);
     let Ok(mut watcher) = HostWatcher::<HostMetadata>::new(api, opts).await else {
         return;
     };
@@ -473,6 +514,7 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: V
             f.watchers[i].view = Some(Arc::new(view));
             f.watchers[i].status.get_or_insert_with(|| watcher.status());
         }
+        consumer_stall(&w, i).await;
         let Some(event) = watcher.next().await else {
             return;
         };
@@ -521,8 +563,12 @@ async fn watcher_agent<W: Wrap>(w: World, wrap: W, i: usize, seed: u64, names: V
                 mod_revision: None,
                 revision: revision.0,
             },
-            // Retries change nothing the checker judges.
-            HostEvent::Retrying { .. } => continue,
+            HostEvent::Retrying { .. } => WatcherEventRecord {
+                kind: WatcherEventKind::Retrying,
+                host: None,
+                mod_revision: None,
+                revision: 0,
+            },
         };
         w.record(What::WatcherEvent {
             watcher: i,
@@ -729,6 +775,57 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
             };
             crash_for(w, node, down_ms, move |w| restart_watcher(w, watcher))
         }
+        Fault::StaleReads {
+            ms,
+            lag_ms,
+            frozen,
+            relist,
+        } => {
+            let compacted = {
+                let mut st = lock(&w.etcd);
+                let behind = if frozen {
+                    st.frozen_member(now, lag_ms)
+                } else {
+                    server::Behind::Lag(lag_ms)
+                };
+                st.stale_reads = Some(server::StaleReads {
+                    until_ms: now + ms,
+                    behind,
+                });
+                relist
+                    .then(|| server::bump_and_compact(&mut st, now))
+                    .flatten()
+            };
+            if let Some(revision) = compacted {
+                w.record(What::Fault(Fault::Compact));
+                w.record(What::Compacted { revision });
+                if let Some(node) = handle.get_node(w.etcd_node) {
+                    node.spawn(server::break_watches(
+                        w.etcd.clone(),
+                        w.etcd_ep.clone(),
+                        coord::DEFAULT_PREFIX.as_bytes().to_vec(),
+                    ));
+                }
+            }
+            true
+        }
+        Fault::ConsumerStall { watcher, ms } => {
+            {
+                let mut f = fleet(&w.fleet);
+                let slot = &mut f.watchers[watcher];
+                slot.stall_until = slot.stall_until.max(now + ms);
+            }
+            let w2 = w.clone();
+            madsim::task::spawn(async move {
+                sleep(Duration::from_millis(ms)).await;
+                // Not if a later stall extended it or the heal ended it.
+                let ended = fleet(&w2.fleet).watchers[watcher].stall_until == now + ms;
+                if ended {
+                    w2.record(What::ConsumerStallEnded { watcher });
+                }
+            });
+            true
+        }
         Fault::Wipe {
             new_cluster,
             down_ms,
@@ -814,10 +911,15 @@ fn heal_all(w: &World) {
             .iter_mut()
             .map(|s| s.proc.heal(w.etcd_node))
             .collect();
-        let watchers: Vec<(bool, bool)> = f
+        let watchers: Vec<(bool, bool, bool)> = f
             .watchers
             .iter_mut()
-            .map(|s| s.proc.heal(w.etcd_node))
+            .map(|s| {
+                let (partition_ended, resumed) = s.proc.heal(w.etcd_node);
+                let stall_ended = s.stall_until > w.now();
+                s.stall_until = s.stall_until.min(w.now());
+                (partition_ended, resumed, stall_ended)
+            })
             .collect();
         (hosts, watchers)
     };
@@ -830,9 +932,12 @@ fn heal_all(w: &World) {
         }
         restart(w, host);
     }
-    for (watcher, (partition_ended, resumed)) in watchers.into_iter().enumerate() {
+    for (watcher, (partition_ended, resumed, stall_ended)) in watchers.into_iter().enumerate() {
         if partition_ended {
             w.record(What::WatcherPartitionEnded { watcher });
+        }
+        if stall_ended {
+            w.record(What::ConsumerStallEnded { watcher });
         }
         if resumed {
             w.record(What::WatcherResumed { watcher });
@@ -843,4 +948,5 @@ fn heal_all(w: &World) {
     let mut st = lock(&w.etcd);
     st.unavailable_until = st.unavailable_until.min(now);
     st.drop_replies_until = st.drop_replies_until.min(now);
+    st.stale_reads = None;
 }

@@ -99,6 +99,11 @@ pub enum What {
         /// Watcher index.
         watcher: usize,
     },
+    /// A watcher's consumer takes events again after a stall.
+    ConsumerStallEnded {
+        /// Watcher index.
+        watcher: usize,
+    },
     /// A crashed watcher process started again (a new watcher: its
     /// events start over with a snapshot).
     WatcherRestarted {
@@ -309,6 +314,9 @@ pub enum WatcherEventKind {
     /// The view was rebuilt because etcd's revision went back or its
     /// cluster changed (a wipe): revisions start over here.
     Restored,
+    /// The watcher failed to list or watch and waits to retry (its view
+    /// may be stale until the retry succeeds).
+    Retrying,
 }
 
 /// Host index to mod revision.

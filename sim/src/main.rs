@@ -96,13 +96,7 @@ mod campaign {
                 || std::thread::available_parallelism().map_or(2, |n| n.get()),
                 count,
             ),
-            generator: match cli.generator {
-                1 => Generator::V1,
-                2 => Generator::V2,
-                3 => Generator::V3,
-                4 => Generator::V4,
-                _ => Generator::V5,
-            },
+            generator: Generator::from_number(cli.generator),
         }
     }
 
@@ -118,12 +112,8 @@ mod campaign {
         if shape.phase1 != d.phase1 {
             cmd += &format!(" --duration {}", shape.phase1.as_secs());
         }
-        match generator {
-            Generator::V1 => cmd += " --generator 1",
-            Generator::V2 => cmd += " --generator 2",
-            Generator::V3 => cmd += " --generator 3",
-            Generator::V4 => cmd += " --generator 4",
-            Generator::V5 => {}
+        if generator != Generator::default() {
+            cmd += &format!(" --generator {}", generator.number());
         }
         cmd
     }

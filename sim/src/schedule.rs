@@ -144,6 +144,33 @@ pub enum Fault {
         /// etcd is down for, ms.
         down_ms: u64,
     },
+    /// A member behind the others answers serializable reads (the probe,
+    /// serializable listings) for `ms`: from etcd's state `lag_ms` ago,
+    /// either keeping that lag or (`frozen`) stuck there, as a partitioned
+    /// member would be. A read pinned past its revision fails with "future
+    /// revision". Linearizable reads are unaffected.
+    StaleReads {
+        /// For how long, ms.
+        ms: u64,
+        /// How far behind, ms.
+        lag_ms: u64,
+        /// Stuck at the revision of `lag_ms` before the fault (cut off from
+        /// the others) rather than keeping the lag.
+        frozen: bool,
+        /// The host watchers meet it at once: their watch streams break
+        /// (their member went away) after a write outside the prefix and a
+        /// compaction at etcd's revision, so each resumes into a compaction
+        /// and lists the prefix while the member is behind.
+        relist: bool,
+    },
+    /// A watcher's consumer stops taking events for `ms` (busy elsewhere)
+    /// while its watcher keeps running.
+    ConsumerStall {
+        /// Watcher index.
+        watcher: usize,
+        /// For how long, ms.
+        ms: u64,
+    },
 }
 
 /// What an election or lock process runs.
@@ -191,6 +218,8 @@ impl Fault {
             Fault::RevokeLeaderLease { .. } => "leader lease revoked outside",
             Fault::WatcherCrash { .. } => "watcher crash",
             Fault::Wipe { .. } => "etcd wiped",
+            Fault::StaleReads { .. } => "stale member",
+            Fault::ConsumerStall { .. } => "consumer stall",
         }
     }
 }
@@ -219,6 +248,10 @@ pub struct Case {
     pub contenders: Vec<ContenderSpec>,
     /// Names every pool campaigns for (`p0`, `p1`, ...).
     pub pool_names: usize,
+    /// The generator the case came from (not part of its fingerprint).
+    /// From V6 on, watcher 0 lists serializably and every watcher's event
+    /// buffer holds one event, so a stalled consumer soon fills it.
+    pub generator: Generator,
 }
 
 // By hand, so a case without contenders prints (and fingerprints) exactly
@@ -306,8 +339,38 @@ pub enum Generator {
     V4,
     /// V4 plus watcher crashes and etcd wiped or replaced (cases with a
     /// wipe have no election or lock processes; half the cases have none).
-    #[default]
     V5,
+    /// V5 plus a member answering serializable reads from behind (lagging
+    /// or partitioned) and stalled watcher consumers; watcher 0 lists
+    /// serializably and buffers are small.
+    #[default]
+    V6,
+}
+
+impl Generator {
+    /// Its version number (`--generator`).
+    pub fn number(self) -> u8 {
+        match self {
+            Generator::V1 => 1,
+            Generator::V2 => 2,
+            Generator::V3 => 3,
+            Generator::V4 => 4,
+            Generator::V5 => 5,
+            Generator::V6 => 6,
+        }
+    }
+
+    /// The generator of a version number; the newest for any other.
+    pub fn from_number(n: u8) -> Generator {
+        match n {
+            1 => Generator::V1,
+            2 => Generator::V2,
+            3 => Generator::V3,
+            4 => Generator::V4,
+            5 => Generator::V5,
+            _ => Generator::V6,
+        }
+    }
 }
 
 fn fault(generator: Generator) -> BoxedStrategy<Fault> {
@@ -316,15 +379,28 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V2 => fault_v2().boxed(),
         Generator::V3 => fault_v3().boxed(),
         Generator::V4 => fault_v4().boxed(),
-        Generator::V5 => prop_oneof![
-            10 => fault_v4(),
-            1 => (0usize..WATCHERS, 500u64..20_000)
-                .prop_map(|(watcher, down_ms)| Fault::WatcherCrash { watcher, down_ms }),
-            1 => (any::<bool>(), 100u64..5_000)
-                .prop_map(|(new_cluster, down_ms)| Fault::Wipe { new_cluster, down_ms }),
+        Generator::V5 => fault_v5().boxed(),
+        Generator::V6 => prop_oneof![
+            12 => fault_v5(),
+            1 => (500u64..30_000, 100u64..10_000, any::<bool>(), any::<bool>()).prop_map(
+                |(ms, lag_ms, frozen, relist)| Fault::StaleReads { ms, lag_ms, frozen, relist }
+            ),
+            2 => (0usize..WATCHERS, 1_000u64..45_000)
+                .prop_map(|(watcher, ms)| Fault::ConsumerStall { watcher, ms }),
         ]
         .boxed(),
     }
+}
+
+// V5 is frozen: its structure decides the values a seed yields.
+fn fault_v5() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        10 => fault_v4(),
+        1 => (0usize..WATCHERS, 500u64..20_000)
+            .prop_map(|(watcher, down_ms)| Fault::WatcherCrash { watcher, down_ms }),
+        1 => (any::<bool>(), 100u64..5_000)
+            .prop_map(|(new_cluster, down_ms)| Fault::Wipe { new_cluster, down_ms }),
+    ]
 }
 
 // V4 is frozen: its structure decides the values a seed yields.
@@ -494,6 +570,7 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
             phase1_ms,
             contenders,
             pool_names,
+            generator,
         };
         let n = case.ttls.len();
         let (c, names) = (case.contenders.len(), case.names().len());
@@ -520,6 +597,39 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
         Generator::V5 => (base, prop_oneof![contenders(), Just((Vec::new(), 0usize))])
             .prop_map(move |(b, c)| {
                 let mut case = build(b, c);
+                // A wipe would restart the revisions the election
+                // checkers index etcd's history by.
+                if !case.contenders.is_empty() {
+                    case.faults
+                        .retain(|f| !matches!(f.fault, Fault::Wipe { .. }));
+                }
+                case
+            })
+            .boxed(),
+        Generator::V6 => (
+            base,
+            prop_oneof![contenders(), Just((Vec::new(), 0usize))],
+            0u8..4,
+        )
+            .prop_map(move |(b, c, calm)| {
+                let mut case = build(b, c);
+                // One case in four is calm for the watchers: only faults
+                // of hosts and stalled consumers, so a stall is seen with
+                // nothing else disturbing its watcher while the hosts
+                // churn.
+                if calm == 0 {
+                    case.faults.retain(|f| {
+                        matches!(
+                            f.fault,
+                            Fault::Crash { .. }
+                                | Fault::Pause { .. }
+                                | Fault::Partition { .. }
+                                | Fault::Stop { .. }
+                                | Fault::RevokeLease { .. }
+                                | Fault::ConsumerStall { .. }
+                        )
+                    });
+                }
                 // A wipe would restart the revisions the election
                 // checkers index etcd's history by.
                 if !case.contenders.is_empty() {
@@ -613,6 +723,7 @@ impl Case {
                 phase1_ms: 0,
                 contenders: Vec::new(),
                 pool_names: 0,
+                generator,
             },
         };
         case.seed = seed;

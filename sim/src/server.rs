@@ -56,6 +56,32 @@ pub struct EtcdState {
     pub cluster: u64,
     /// Which client each lease was granted to.
     pub lease_owners: BTreeMap<i64, u64>,
+    /// A member behind the others answering serializable reads, while on.
+    pub stale_reads: Option<StaleReads>,
+}
+
+/// A member behind the others answers serializable reads until `until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleReads {
+    /// Until this virtual ms.
+    pub until_ms: u64,
+    /// How far behind.
+    pub behind: Behind,
+}
+
+/// How a stale member is behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Behind {
+    /// It applies what the leader commits this many ms late.
+    Lag(u64),
+    /// It is cut off from the others, stuck at `revision` with `kvs`
+    /// (every key then: it has not compacted anything since either).
+    Frozen {
+        /// Its revision.
+        revision: i64,
+        /// Its keys.
+        kvs: Arc<Vec<model::KeyValue>>,
+    },
 }
 
 /// One open watch.
@@ -135,6 +161,7 @@ pub fn new_state() -> SharedEtcd {
         other_changes: Vec::new(),
         lease_owners: BTreeMap::new(),
         cluster: FIRST_CLUSTER,
+        stale_reads: None,
     }))
 }
 
@@ -283,35 +310,102 @@ pub async fn flush_watches(state: SharedEtcd, ep: Endpoint) {
     }
 }
 
+impl EtcdState {
+    /// The latest revision made at or before virtual ms `at`, never below
+    /// the compaction (the model cannot read there).
+    pub fn revision_at(&self, at: u64) -> i64 {
+        let rev = self
+            .revision_times
+            .iter()
+            .rev()
+            .find(|(_, t)| *t <= at)
+            .map_or(1, |(r, _)| *r);
+        rev.min(self.model.revision())
+            .max(self.model.compacted())
+            .max(1)
+    }
+
+    /// A member stuck at etcd's state `lag_ms` before `now`.
+    pub fn frozen_member(&self, now: u64, lag_ms: u64) -> Behind {
+        let revision = self.revision_at(now.saturating_sub(lag_ms));
+        let kvs = self
+            .model
+            .range(b"", Some(revision))
+            .map(|(kvs, _)| kvs)
+            .unwrap_or_default();
+        Behind::Frozen {
+            revision,
+            kvs: Arc::new(kvs),
+        }
+    }
+
+    /// The stale member answering serializable reads at `now`, if any.
+    fn stale_member(&self, now: u64) -> Option<&Behind> {
+        self.stale_reads
+            .as_ref()
+            .filter(|s| now < s.until_ms)
+            .map(|s| &s.behind)
+    }
+}
+
 /// A range as etcd serves it: at the current revision or a pinned one,
 /// after a key (a later page), at most `limit` keys with `more` set when
-/// some were left out. The header names the current revision.
-fn range(st: &EtcdState, request: &core_io::RangeRequest) -> Reply {
+/// some were left out. The header names the current revision. A
+/// serializable range answered by a stale member reads at (and names) the
+/// member's revision, and one pinned past it fails with "future revision".
+fn range(st: &EtcdState, now: u64, request: &core_io::RangeRequest) -> Reply {
     let get = &request.get;
-    let mut kvs: Vec<model::KeyValue> = if request.revision.0 > 0 {
-        // A read in the past: the keys as they were then (one key, or
-        // every key under a prefix).
-        match st.model.range(&get.key.0, Some(request.revision.0)) {
-            Ok((mut kvs, _)) => {
-                if !get.prefix {
-                    kvs.retain(|kv| kv.key == get.key.0);
-                }
-                kvs
-            }
-            Err(ModelError::Compacted(rev)) => {
-                return Reply::Failed(EtcdError::Compacted {
-                    compact_revision: rev,
-                })
-            }
-            Err(ModelError::FutureRevision) => return Reply::Failed(EtcdError::FutureRevision),
-            Err(e) => return Reply::Failed(EtcdError::Other(format!("{e:?}"))),
-        }
-    } else {
-        st.model.select(&Select {
-            limit: 0,
-            ..select(get)
-        })
+    let stale = match request.consistency {
+        core_io::Consistency::Serializable => st.stale_member(now),
+        core_io::Consistency::Linearizable => None,
     };
+    // The member's revision, and its keys if it keeps its own.
+    let (header, own) = match stale {
+        None => (st.model.revision(), None),
+        Some(Behind::Lag(ms)) => (st.revision_at(now.saturating_sub(*ms)), None),
+        Some(Behind::Frozen { revision, kvs }) => (*revision, Some((*revision, kvs))),
+    };
+    let pinned = match request.revision.0 {
+        0 if stale.is_some() => header,
+        rev if rev > header => return Reply::Failed(EtcdError::FutureRevision),
+        rev => rev,
+    };
+    let mut kvs: Vec<model::KeyValue> =
+        if let Some((_, own)) = own.filter(|(rev, _)| *rev == pinned) {
+            own.iter()
+                .filter(|kv| {
+                    if get.prefix {
+                        kv.key.starts_with(&get.key.0)
+                    } else {
+                        kv.key == get.key.0
+                    }
+                })
+                .cloned()
+                .collect()
+        } else if pinned > 0 {
+            // A read in the past: the keys as they were then (one key, or
+            // every key under a prefix).
+            match st.model.range(&get.key.0, Some(pinned)) {
+                Ok((mut kvs, _)) => {
+                    if !get.prefix {
+                        kvs.retain(|kv| kv.key == get.key.0);
+                    }
+                    kvs
+                }
+                Err(ModelError::Compacted(rev)) => {
+                    return Reply::Failed(EtcdError::Compacted {
+                        compact_revision: rev,
+                    })
+                }
+                Err(ModelError::FutureRevision) => return Reply::Failed(EtcdError::FutureRevision),
+                Err(e) => return Reply::Failed(EtcdError::Other(format!("{e:?}"))),
+            }
+        } else {
+            st.model.select(&Select {
+                limit: 0,
+                ..select(get)
+            })
+        };
     if let Some(after) = &request.after {
         kvs.retain(|kv| kv.key.as_slice() > after.0.as_slice());
     }
@@ -322,7 +416,7 @@ fn range(st: &EtcdState, request: &core_io::RangeRequest) -> Reply {
     }
     Reply::Listed(core_io::Listing {
         kvs: kvs.iter().map(core_kv).collect(),
-        revision: Revision(st.model.revision()),
+        revision: Revision(header),
         more,
         cluster: coord_core::ClusterId(st.cluster),
     })
@@ -437,7 +531,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
         };
     }
     match req {
-        Request::Range { request } => Answer::Unary(range(st, request)),
+        Request::Range { request } => Answer::Unary(range(st, now, request)),
         Request::Watch {
             key,
             prefix,
@@ -605,6 +699,8 @@ pub async fn wipe(
         }
         // Revisions start over: later changes are logged from 2.
         st.revision_times.push((1, now));
+        // Every member was wiped alike.
+        st.stale_reads = None;
         if new_cluster {
             st.cluster = st.cluster.wrapping_mul(31).wrapping_add(7);
         }
@@ -612,6 +708,35 @@ pub async fn wipe(
         st.drop_streams()
     };
     broken(&ep, streams, "etcd restarted").await;
+}
+
+/// A write outside every prefix the simulation uses, then a compaction at
+/// the revision it made: every watcher's last revision is then compacted.
+/// Returns the compaction revision.
+pub fn bump_and_compact(st: &mut EtcdState, now: u64) -> Option<i64> {
+    st.model.put(b"/coord-sim/bump", b"", 0).ok()?;
+    st.after_change(now);
+    let rev = st.model.revision();
+    st.model.compact(rev).ok()?;
+    Some(rev)
+}
+
+/// Breaks every watch of exactly `key` (as prefix), as if the member
+/// serving them went away. Must run on the etcd node.
+pub async fn break_watches(state: SharedEtcd, ep: Endpoint, key: Vec<u8>) {
+    let streams: Vec<((SocketAddr, u64), u64)> = {
+        let mut st = lock(&state);
+        let ids: Vec<(SocketAddr, u64)> = st
+            .watches
+            .iter()
+            .filter(|(_, w)| w.prefix && w.key == key)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| st.watches.remove(&id).map(|w| (id, w.seq)))
+            .collect()
+    };
+    broken(&ep, streams, "member went away").await;
 }
 
 impl EtcdState {

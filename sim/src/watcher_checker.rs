@@ -69,6 +69,86 @@ fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
     out
 }
 
+/// Stalls (start, end) of watcher `w`'s consumer; one still on at the end
+/// of the history ends at `u64::MAX`.
+fn consumer_stalls(history: &History, w: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut open = None;
+    for r in &history.records {
+        match &r.what {
+            What::Fault(Fault::ConsumerStall { watcher, .. }) if *watcher == w => {
+                open.get_or_insert(r.at_ms);
+            }
+            What::ConsumerStallEnded { watcher } if *watcher == w => {
+                if let Some(s) = open.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+            _ => {}
+        }
+    }
+    out.extend(open.map(|s| (s, u64::MAX)));
+    out
+}
+
+/// Windows during which a stale member answered serializable reads.
+fn stale_read_windows(history: &History) -> Vec<(u64, u64)> {
+    history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::Fault(Fault::StaleReads { ms, .. }) => Some((r.at_ms, r.at_ms + ms)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A stalled consumer breaks nothing: a watcher with no other disturbance
+/// from a watcher bound before a stall of its consumer until the retry
+/// (its own faults, etcd-wide faults, a stale member) never retries during
+/// the stall or in the 2 s after it (while it hands over what it kept).
+/// Coord's own timers wait while the consumer does not read, so its
+/// streams are not judged silent. Each quiet stall counts as a check.
+fn check_stalls(history: &History, others: &[Vec<(u64, u64)>], v: &mut Verdict) {
+    let bound = ms(watcher_bound());
+    let stale = stale_read_windows(history);
+    for (w, others) in others.iter().enumerate() {
+        let stalls = consumer_stalls(history, w);
+        let quiet = |s: u64, t: u64| {
+            others
+                .iter()
+                .chain(&stale)
+                .all(|(ds, de)| de.saturating_add(bound) < s || *ds > t)
+        };
+        v.checks += stalls
+            .iter()
+            .filter(|(s, e)| quiet(*s, e.saturating_add(2000)))
+            .count() as u64;
+        for r in &history.records {
+            let What::WatcherEvent { watcher, event } = &r.what else {
+                continue;
+            };
+            if *watcher != w || event.kind != WatcherEventKind::Retrying {
+                continue;
+            }
+            let t = r.at_ms;
+            let during = stalls
+                .iter()
+                .find(|(s, e)| *s <= t && t <= e.saturating_add(2000) && quiet(*s, t));
+            if let Some((s, e)) = during {
+                v.violate(
+                    Invariant::StallBreaksNothing,
+                    t,
+                    None,
+                    format!(
+                        "watcher {w}: retried during its consumer's stall ({s}-{e} ms) with nothing else disturbing it"
+                    ),
+                );
+            }
+        }
+    }
+}
+
 pub(crate) fn watchers(
     history: &History,
     heal_at: Option<u64>,
@@ -89,8 +169,18 @@ pub(crate) fn watchers(
         .unwrap_or_default();
     let mut revision_times: BTreeMap<i64, u64> = BTreeMap::new();
     let mut made_applied = 0;
-    let disturbed: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
+    let own: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
         .map(|w| watcher_disturbances(history, w))
+        .collect();
+    check_stalls(history, &own, v);
+    // A stalled consumer takes nothing: its view lags for the stall.
+    let disturbed: Vec<Vec<(u64, u64)>> = own
+        .into_iter()
+        .enumerate()
+        .map(|(w, mut d)| {
+            d.extend(consumer_stalls(history, w));
+            d
+        })
         .collect();
     let settled = |w: usize, t: u64| disturbed[w].iter().all(|(s, e)| *e + bound < t || *s > t);
     // Replayed views, the last revision seen, and whether synced.
@@ -122,6 +212,13 @@ pub(crate) fn watchers(
     // Per watcher: when it last resumed from a pause or restarted (it
     // cannot notice anything while paused).
     let mut awake_since: Vec<u64> = vec![0; WATCHERS];
+    // Per watcher: whether its consumer is stalled (its view then waits).
+    let mut stalled = [false; WATCHERS];
+    // Per watcher: wipes since its start not yet matched by a restore it
+    // reported (a restore reported without one is a view gone back for
+    // nothing, e.g. a stale member's listing taken for etcd's truth; one
+    // restore may cover several wipes).
+    let mut wiped = [0u32; WATCHERS];
     let mut convergence_checked = false;
     for r in &history.records {
         for (rev, t) in made[made_applied..]
@@ -132,6 +229,24 @@ pub(crate) fn watchers(
             made_applied += 1;
         }
         match &r.what {
+            What::Fault(Fault::Wipe { .. }) => {
+                for n in &mut wiped {
+                    *n += 1;
+                }
+            }
+            What::Fault(Fault::ConsumerStall { watcher, .. }) => {
+                if let Some(s) = stalled.get_mut(*watcher) {
+                    *s = true;
+                }
+            }
+            What::ConsumerStallEnded { watcher } => {
+                if let (Some(s), Some(a)) =
+                    (stalled.get_mut(*watcher), awake_since.get_mut(*watcher))
+                {
+                    *s = false;
+                    *a = r.at_ms;
+                }
+            }
             What::WatcherResumed { watcher } => {
                 if let Some(a) = awake_since.get_mut(*watcher) {
                     *a = r.at_ms;
@@ -148,6 +263,7 @@ pub(crate) fn watchers(
                     last_rev[w] = 0;
                     synced_at[w] = None;
                     went_back[w] = None;
+                    wiped[w] = 0;
                 }
             }
             What::WatcherEvent { watcher, event } => {
@@ -156,9 +272,23 @@ pub(crate) fn watchers(
                     continue;
                 };
                 match event.kind {
+                    WatcherEventKind::Retrying => continue,
                     // A restore: revisions start over here; the differences
                     // before it could already go back.
                     WatcherEventKind::Restored => {
+                        v.checks += 1;
+                        if wiped[w] == 0 {
+                            v.violate(
+                                Invariant::WatcherSound,
+                                r.at_ms,
+                                None,
+                                format!(
+                                    "watcher {w}: reported a restore at revision {} (from {}) but etcd was not restored",
+                                    event.revision, last_rev[w]
+                                ),
+                            );
+                        }
+                        wiped[w] = wiped[w].saturating_sub(1);
                         went_back[w] = None;
                         last_rev[w] = event.revision;
                     }
@@ -203,7 +333,9 @@ pub(crate) fn watchers(
                         synced_at[w].get_or_insert(r.at_ms);
                         true
                     }
-                    WatcherEventKind::Resynced | WatcherEventKind::Restored => true,
+                    WatcherEventKind::Resynced
+                    | WatcherEventKind::Restored
+                    | WatcherEventKind::Retrying => true,
                 };
                 if !ok {
                     v.violate(
@@ -252,7 +384,7 @@ pub(crate) fn watchers(
                     check_converged(at, truth, &views, samples, v);
                 }
                 for (w, view) in views.iter().enumerate() {
-                    let since = awake_since[w];
+                    let since = if stalled[w] { u64::MAX } else { awake_since[w] };
                     check_says_stale(
                         (w, since),
                         at,
