@@ -152,7 +152,8 @@ pub enum Fault {
     StaleReads {
         /// For how long, ms.
         ms: u64,
-        /// How far behind, ms.
+        /// How far behind, ms (0 for a frozen member: stuck at etcd's
+        /// revision when the fault begins).
         lag_ms: u64,
         /// Stuck at the revision of `lag_ms` before the fault (cut off from
         /// the others) rather than keeping the lag.
@@ -382,7 +383,13 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V5 => fault_v5().boxed(),
         Generator::V6 => prop_oneof![
             12 => fault_v5(),
-            1 => (500u64..30_000, 100u64..10_000, any::<bool>(), any::<bool>()).prop_map(
+            1 => (
+                500u64..30_000,
+                prop_oneof![Just(0u64), 100u64..10_000],
+                any::<bool>(),
+                any::<bool>(),
+            )
+                .prop_map(
                 |(ms, lag_ms, frozen, relist)| Fault::StaleReads { ms, lag_ms, frozen, relist }
             ),
             2 => (0usize..WATCHERS, 1_000u64..45_000)
@@ -610,9 +617,11 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
             base,
             prop_oneof![contenders(), Just((Vec::new(), 0usize))],
             0u8..4,
+            any::<u64>(),
         )
-            .prop_map(move |(b, c, calm)| {
+            .prop_map(move |(b, c, calm, spread)| {
                 let mut case = build(b, c);
+                spread_hosts(&mut case, spread);
                 // One case in four is calm for the watchers: only faults
                 // of hosts and stalled consumers, so a stall is seen with
                 // nothing else disturbing its watcher while the hosts
@@ -639,6 +648,34 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                 case
             })
             .boxed(),
+    }
+}
+
+/// Host faults are drawn for hosts 0-9; in a larger fleet each is moved
+/// to another host with the same last digit, drawn from `spread`, so every
+/// host of a fleet of 1,000 can be hit.
+fn spread_hosts(case: &mut Case, spread: u64) {
+    let n = case.ttls.len();
+    let tens = n.div_ceil(10);
+    if tens <= 1 {
+        return;
+    }
+    let mut draw = spread;
+    for tf in &mut case.faults {
+        let host = match &mut tf.fault {
+            Fault::Partition { host, .. }
+            | Fault::Pause { host, .. }
+            | Fault::Crash { host, .. }
+            | Fault::Stop { host }
+            | Fault::RevokeLease { host } => host,
+            _ => continue,
+        };
+        draw = draw
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let ten = usize::try_from((draw >> 33) % tens as u64).unwrap_or(0);
+        let moved = *host + 10 * ten;
+        *host = if moved < n { moved } else { *host };
     }
 }
 

@@ -180,6 +180,21 @@ pub fn now_ms(start: madsim::time::Instant) -> u64 {
 
 /// Serves requests forever on `ep` (the etcd node's endpoint).
 pub async fn serve(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant) {
+    // madsim makes every receive and every send wait at least 1 ms: one
+    // loop would serve at most 500 requests a second, and a fleet of 1,000
+    // hosts would time out on the simulator rather than on coord. Workers
+    // serve concurrently (the network reorders messages anyway; streams
+    // carry sequence numbers).
+    for _ in 1..SERVE_WORKERS {
+        madsim::task::spawn(serve_one(state.clone(), ep.clone(), start));
+    }
+    serve_one(state, ep, start).await;
+}
+
+/// Concurrent request loops of the simulated server.
+const SERVE_WORKERS: usize = 32;
+
+async fn serve_one(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant) {
     loop {
         let Ok((payload, from)) = ep.recv_from_raw(REQUEST_TAG).await else {
             return;

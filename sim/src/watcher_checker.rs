@@ -219,6 +219,12 @@ pub(crate) fn watchers(
     // nothing, e.g. a stale member's listing taken for etcd's truth; one
     // restore may cover several wipes).
     let mut wiped = [0u32; WATCHERS];
+    // Per watcher: compactions since its start not yet matched by a
+    // `Resynced` (each compaction makes a watcher re-list at most once: a
+    // listing is never behind the compaction it was read for, so a re-list
+    // without a new compaction is a loop).
+    let mut compactions = [0u32; WATCHERS];
+    let mut compacted_ever = false;
     let mut convergence_checked = false;
     for r in &history.records {
         for (rev, t) in made[made_applied..]
@@ -231,6 +237,12 @@ pub(crate) fn watchers(
         match &r.what {
             What::Fault(Fault::Wipe { .. }) => {
                 for n in &mut wiped {
+                    *n += 1;
+                }
+            }
+            What::Fault(Fault::Compact) => {
+                compacted_ever = true;
+                for n in &mut compactions {
                     *n += 1;
                 }
             }
@@ -264,6 +276,9 @@ pub(crate) fn watchers(
                     synced_at[w] = None;
                     went_back[w] = None;
                     wiped[w] = 0;
+                    // Its first listing may come from a member behind the
+                    // last compaction: one re-list for it.
+                    compactions[w] = u32::from(compacted_ever);
                 }
             }
             What::WatcherEvent { watcher, event } => {
@@ -273,6 +288,21 @@ pub(crate) fn watchers(
                 };
                 match event.kind {
                     WatcherEventKind::Retrying => continue,
+                    WatcherEventKind::Resynced => {
+                        v.checks += 1;
+                        if compactions[w] == 0 {
+                            v.violate(
+                                Invariant::WatcherSound,
+                                r.at_ms,
+                                None,
+                                format!(
+                                    "watcher {w}: re-listed at revision {} after a compaction it had already re-listed for",
+                                    event.revision
+                                ),
+                            );
+                        }
+                        compactions[w] = compactions[w].saturating_sub(1);
+                    }
                     // A restore: revisions start over here; the differences
                     // before it could already go back.
                     WatcherEventKind::Restored => {
