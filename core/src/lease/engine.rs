@@ -524,6 +524,17 @@ impl LeaseEngine {
     /// schedule the first heal attempt: a resume unless etcd said the lease
     /// is dead or the policy is to replace it.
     fn lose(&mut self, now: Instant, lease: Lease, reason: LostReason) {
+        let class = match &reason {
+            LostReason::StreamClosed(f) => f.class(),
+            LostReason::LeaseExpired => FailureClass::Fast,
+            LostReason::KeepAliveTimeout => FailureClass::Slow,
+        };
+        self.lose_as(now, lease, reason, class);
+    }
+
+    /// [`Self::lose`], pacing the first heal attempt as a failure of
+    /// `class`.
+    fn lose_as(&mut self, now: Instant, lease: Lease, reason: LostReason, class: FailureClass) {
         let alive_maybe = !matches!(reason, LostReason::LeaseExpired);
         let next = match self.config.on_loss {
             OnLoss::Resume if alive_maybe => Next::Resume(lease),
@@ -537,11 +548,6 @@ impl LeaseEngine {
                 }
                 Next::Fresh
             }
-        };
-        let class = match &reason {
-            LostReason::StreamClosed(f) => f.class(),
-            LostReason::LeaseExpired => FailureClass::Fast,
-            LostReason::KeepAliveTimeout => FailureClass::Slow,
         };
         self.out.event(Event::Lost {
             lease: lease.id,

@@ -28,14 +28,29 @@ impl LeaseEngine {
     ) {
         match link {
             link if now >= link.expires_at() => {
-                let reason = match link {
+                let (reason, class) = match link {
                     Link::Up(s) => {
                         self.out.cmd(Command::CloseKeepAlive { stream: s.op });
-                        LostReason::KeepAliveTimeout
+                        // Slow only if the stream proved etcd silent (a
+                        // keep-alive unanswered for a request timeout); a
+                        // stream reopened just before the deadline proved
+                        // nothing, and etcd may have just come back.
+                        let silent = s
+                            .silent_at(self.config.request_timeout)
+                            .is_some_and(|at| now >= at);
+                        let class = if silent {
+                            FailureClass::Slow
+                        } else {
+                            FailureClass::Fast
+                        };
+                        (LostReason::KeepAliveTimeout, class)
                     }
-                    Link::Down { failure, .. } => LostReason::StreamClosed(failure),
+                    Link::Down { failure, .. } => {
+                        let class = failure.class();
+                        (LostReason::StreamClosed(failure), class)
+                    }
                 };
-                self.lose(now, lease, reason);
+                self.lose_as(now, lease, reason, class);
             }
             Link::Up(stream)
                 if stream
