@@ -27,6 +27,8 @@ pub struct Summary {
     pub heal_ms: Vec<u64>,
     /// The same, by what cleared the path.
     pub heal_by_kind: BTreeMap<&'static str, Vec<u64>>,
+    /// The slowest heal: ms, seed, what cleared the path (to replay it).
+    pub slowest_heal: Option<(u64, u64, &'static str)>,
     /// `stop` calls that etcd confirmed / could not confirm.
     pub stops: (u64, u64),
     /// etcd change to watcher event, ms.
@@ -57,6 +59,12 @@ impl Summary {
         self.heal_ms.extend(&r.verdict.heal_ms);
         for (kind, ms) in &r.verdict.heal_by_kind {
             self.heal_by_kind.entry(kind).or_default().push(*ms);
+            if self
+                .slowest_heal
+                .map_or(true, |(slowest, _, _)| *ms > slowest)
+            {
+                self.slowest_heal = Some((*ms, r.case.seed, kind));
+            }
         }
         self.lag_ms.extend(&r.verdict.lag_ms);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
@@ -118,6 +126,9 @@ impl Summary {
                 format!("  after {kind} ({})", ms.len()),
                 percentiles(ms)
             );
+        }
+        if let Some((ms, seed, kind)) = self.slowest_heal {
+            let _ = writeln!(out, "  slowest: {ms} ms after {kind}, seed {seed}");
         }
         let _ = writeln!(
             out,
