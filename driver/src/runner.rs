@@ -3,6 +3,7 @@
 //! its next deadline. Only this loop reads the clock.
 
 use std::future::Future;
+use std::time::Duration;
 
 use coord_core::io::Completion;
 use coord_core::outbox::Output;
@@ -50,6 +51,18 @@ pub(crate) trait Host<M: Machine>: Send + 'static {
     fn deliver(&mut self) -> impl Future<Output = ()> + Send {
         std::future::pending()
     }
+}
+
+/// A timer that fires this late was held up by the process itself, not
+/// by etcd.
+const LATE: Duration = Duration::from_secs(1);
+
+/// How long a late wake lets answers that arrived meanwhile be read.
+const CATCH_UP: Duration = Duration::from_millis(20);
+
+/// Whether the timer for `deadline` fired [`LATE`] or more after it.
+fn woke_late(deadline: Option<tokio::time::Instant>) -> bool {
+    deadline.is_some_and(|at| tokio::time::Instant::now().saturating_duration_since(at) >= LATE)
 }
 
 /// Runs `machine` against `api` until it closes or every sender of
@@ -117,7 +130,22 @@ pub(crate) async fn run<A, M, H>(
             // silence proves nothing: the machine's timers (an unanswered
             // progress probe) wait until they are read again, and the first
             // message then read proves the stream alive.
-            () = sleep_until(deadline), if room => M::timeout_input(),
+            () = sleep_until(deadline), if room => {
+                if woke_late(deadline) {
+                    // This process was not running (a GC pause, SIGSTOP):
+                    // answers that arrived meanwhile are taken first (a
+                    // deadline that passed while they could not be read
+                    // proves nothing about etcd), then the timeout, once.
+                    tokio::time::sleep(CATCH_UP).await;
+                    while let Ok(c) = done.try_recv() {
+                        exec.arrived(&c);
+                        if let Err(e) = machine.handle(clock.now(), M::Input::from(c)) {
+                            warn!(error = ?e, "input refused");
+                        }
+                    }
+                }
+                M::timeout_input()
+            }
         };
         if let Err(e) = machine.handle(clock.now(), input) {
             warn!(error = ?e, "input refused");

@@ -514,3 +514,24 @@ fn fleets_of_up_to_a_thousand_hosts_pass() {
     }
     assert!(hosts > 1000, "only {hosts} hosts in three fleets");
 }
+
+/// Seed 4040177 (50,000-seed campaign on bb02ca4, generator 6): a host
+/// paused for 10.5 s right after sending a grant woke past the grant's
+/// deadline; the timer fired before the answer already there was read, so
+/// the grant counted as a timeout and the heal backed off 29 s as if etcd
+/// were silent. A late wake now reads what arrived before the timeout.
+#[test]
+fn a_pause_across_a_deadline_is_not_taken_for_a_silent_etcd() {
+    let r = run_case(&Case::generate(4040177, Shape::default()));
+    assert_eq!(
+        r.case.fingerprint(),
+        0x8b057f87d213ea20,
+        "seed 4040177 changed schedule"
+    );
+    assert_passed(&r);
+    let slowest = r.verdict.heal_by_kind.iter().map(|(_, ms)| *ms).max();
+    assert!(
+        slowest.is_some_and(|ms| ms < 5_000),
+        "slowest heal {slowest:?} ms"
+    );
+}
