@@ -9,7 +9,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use coord_core::io::{Command, Completion};
 use coord_core::outbox::Output;
@@ -30,9 +30,12 @@ pub struct ProbeHub(Arc<Hub>);
 struct Hub {
     /// How many loops wait out a backoff now.
     demand: watch::Sender<usize>,
-    /// Each time etcd answers again after a silence: when the probe that
-    /// found it back was sent.
-    returned: watch::Sender<Option<tokio::time::Instant>>,
+    /// Each member's wake-up, in the order they joined: each time etcd
+    /// answers again after a silence, when the probe that found it back
+    /// was sent. One channel per member: tasks waiting on one shared tokio
+    /// `watch` wake in an order drawn from tokio's own unseeded RNG, which
+    /// would make simulated runs differ from one process to the next.
+    returned: Mutex<Vec<watch::Sender<Option<tokio::time::Instant>>>>,
     /// Bumped each time a loop found etcd silent (a request or stream
     /// unanswered).
     silences: watch::Sender<u64>,
@@ -50,7 +53,7 @@ impl ProbeHub {
     pub fn new() -> Self {
         ProbeHub(Arc::new(Hub {
             demand: watch::channel(0).0,
-            returned: watch::channel(None).0,
+            returned: Mutex::new(Vec::new()),
             silences: watch::channel(0).0,
             started: AtomicBool::new(false),
         }))
@@ -72,10 +75,19 @@ impl ProbeHub {
 
     /// A loop's membership: its demand, and the wake-up on etcd's return.
     pub(crate) fn member(&self) -> Member {
+        let (tx, returned) = watch::channel(None);
+        let mut members = self
+            .0
+            .returned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        members.retain(|member| !member.is_closed());
+        members.push(tx);
+        drop(members);
         Member {
             hub: Arc::clone(&self.0),
             waiting: false,
-            returned: self.0.returned.subscribe(),
+            returned,
         }
     }
 }
@@ -167,7 +179,12 @@ async fn run<A: EtcdApi>(
                         sent_ms = sent.as_millis(),
                         "etcd answers again: cutting backoffs"
                     );
-                    hub.returned.send_replace(Some(clock.to_runtime(sent)));
+                    let sent = Some(clock.to_runtime(sent));
+                    // Members that are gone are dropped from the list.
+                    hub.returned
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .retain(|member| member.send(sent).is_ok());
                 }
             }
         }
