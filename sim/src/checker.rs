@@ -66,6 +66,9 @@ pub enum Invariant {
     WatcherSaysStale,
     /// A watcher retried because its consumer stalled.
     StallBreaksNothing,
+    /// A watcher's event reported a record etcd never wrote, or a previous
+    /// or last-seen record its own events never gave.
+    WatcherRecords,
     /// Two handles of one name believed they lead while both keys existed.
     OneLeader,
     /// A leader's belief outlived its key (beyond the bound).

@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::client::SimEtcd;
 use crate::history::{
-    host_index, Condition, History, HostSample, HostView, Recorder, WatcherEventKind,
+    host_index, Condition, History, HostSample, HostView, Recorder, SeenRecord, WatcherEventKind,
     WatcherEventRecord, WatcherSample, What, SAMPLE_EVERY,
 };
 pub(crate) use crate::process::Proc;
@@ -330,8 +330,22 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
                 Some((*at, host_index(host)?, *rev, *present))
             })
             .collect();
-        (st.revision_times.clone(), st.grant_times.clone(), changes)
+        let puts: Vec<(u64, usize, SeenRecord)> = st
+            .host_puts
+            .iter()
+            .filter_map(|p| {
+                let host = std::str::from_utf8(p.key.strip_prefix(prefix)?).ok()?;
+                Some((p.at_ms, host_index(host)?, p.record.clone()))
+            })
+            .collect();
+        (
+            st.revision_times.clone(),
+            st.grant_times.clone(),
+            (changes, puts),
+        )
     };
+    let (changes, puts) = changes;
+    world.record(What::HostPuts(puts));
     world.record(What::RevisionTimes(times));
     if !case.contenders.is_empty() {
         let (log, owners) = {
@@ -518,6 +532,19 @@ async fn watcher_agent<W: Wrap>(
         let Some(event) = watcher.next().await else {
             return;
         };
+        let seen = |r: &coord::HostRecord<HostMetadata>| SeenRecord {
+            mod_revision: r.mod_revision.0,
+            lease: r.lease.0,
+            raw: r.raw.clone(),
+        };
+        let bare = |kind, revision: coord::Revision| WatcherEventRecord {
+            kind,
+            host: None,
+            mod_revision: None,
+            revision: revision.0,
+            record: None,
+            previous: None,
+        };
         let record = match event {
             HostEvent::Up {
                 host,
@@ -528,47 +555,45 @@ async fn watcher_agent<W: Wrap>(
                 host: Some(host),
                 mod_revision: Some(record.mod_revision.0),
                 revision: revision.0,
+                record: Some(seen(&record)),
+                previous: None,
             },
             HostEvent::Updated {
                 host,
                 record,
+                previous,
                 revision,
-                ..
             } => WatcherEventRecord {
                 kind: WatcherEventKind::Updated,
                 host: Some(host),
                 mod_revision: Some(record.mod_revision.0),
                 revision: revision.0,
+                record: Some(seen(&record)),
+                previous: Some(seen(&previous)),
             },
-            HostEvent::Down { host, revision, .. } => WatcherEventRecord {
+            HostEvent::Down {
+                host,
+                last_seen,
+                revision,
+            } => WatcherEventRecord {
                 kind: WatcherEventKind::Down,
                 host: Some(host),
                 mod_revision: None,
                 revision: revision.0,
+                record: Some(seen(&last_seen)),
+                previous: None,
             },
-            HostEvent::Synced { revision } => WatcherEventRecord {
-                kind: WatcherEventKind::Synced,
-                host: None,
-                mod_revision: None,
-                revision: revision.0,
-            },
-            HostEvent::Resynced { revision, reason } => WatcherEventRecord {
-                kind: match reason {
+            HostEvent::Synced { revision } => bare(WatcherEventKind::Synced, revision),
+            HostEvent::Resynced { revision, reason } => bare(
+                match reason {
                     coord::ResyncReason::Compacted { .. } => WatcherEventKind::Resynced,
                     coord::ResyncReason::RevisionWentBack { .. }
                     | coord::ResyncReason::HistoryDiverged { .. }
                     | coord::ResyncReason::ClusterChanged { .. } => WatcherEventKind::Restored,
                 },
-                host: None,
-                mod_revision: None,
-                revision: revision.0,
-            },
-            HostEvent::Retrying { .. } => WatcherEventRecord {
-                kind: WatcherEventKind::Retrying,
-                host: None,
-                mod_revision: None,
-                revision: 0,
-            },
+                revision,
+            ),
+            HostEvent::Retrying { .. } => bare(WatcherEventKind::Retrying, coord::Revision(0)),
         };
         w.record(What::WatcherEvent {
             watcher: i,

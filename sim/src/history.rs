@@ -126,6 +126,9 @@ pub enum What {
     /// Every change of a host key: (virtual ms, host index, revision,
     /// present after it); recorded at the end.
     KeyChanges(Vec<(u64, usize, i64, bool)>),
+    /// Every put of a host key: (virtual ms, host index, what it wrote);
+    /// recorded at the end.
+    HostPuts(Vec<(u64, usize, SeenRecord)>),
     /// An election or lock process did something.
     Contender {
         /// Contender index.
@@ -338,6 +341,33 @@ pub struct WatcherEventRecord {
     pub mod_revision: Option<i64>,
     /// The revision the event reflects.
     pub revision: i64,
+    /// What the event says the host holds: for Up and Updated its record,
+    /// for Down its last-seen record.
+    pub record: Option<SeenRecord>,
+    /// For Updated, what it says the host held before.
+    pub previous: Option<SeenRecord>,
+}
+
+/// A host's record as an event reports it (or as etcd wrote it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenRecord {
+    /// The key's mod revision.
+    pub mod_revision: i64,
+    /// The lease it is attached to.
+    pub lease: i64,
+    /// The raw value.
+    pub raw: Vec<u8>,
+}
+
+/// One put of a host key, as etcd applied it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPut {
+    /// When, virtual ms.
+    pub at_ms: u64,
+    /// The key.
+    pub key: Vec<u8>,
+    /// What it wrote.
+    pub record: SeenRecord,
 }
 
 /// One watcher in a sample.

@@ -50,6 +50,8 @@ pub struct EtcdState {
     /// Every change of a key under the hosts' prefix: (virtual ms, key,
     /// revision, present after it). The exact truth the watchers owe.
     pub key_changes: Vec<(u64, Vec<u8>, i64, bool)>,
+    /// Every put of a key under the hosts' prefix, with what it wrote.
+    pub host_puts: Vec<crate::history::HostPut>,
     /// Every change of any other key (election queues, fenced resources).
     pub other_changes: Vec<crate::history::LogEntry>,
     /// The cluster id response headers carry.
@@ -111,6 +113,17 @@ impl EtcdState {
                 if e.key().starts_with(prefix) {
                     self.key_changes
                         .push((now, e.key().to_vec(), e.revision(), present));
+                    if let model::Event::Put { kv, .. } = &e {
+                        self.host_puts.push(crate::history::HostPut {
+                            at_ms: now,
+                            key: kv.key.clone(),
+                            record: crate::history::SeenRecord {
+                                mod_revision: kv.mod_revision,
+                                lease: kv.lease,
+                                raw: kv.value.clone(),
+                            },
+                        });
+                    }
                     continue;
                 }
                 let (kv, cause) = match &e {
@@ -158,6 +171,7 @@ pub fn new_state() -> SharedEtcd {
         changed: Arc::new(Notify::new()),
         grant_times: Vec::new(),
         key_changes: Vec::new(),
+        host_puts: Vec::new(),
         other_changes: Vec::new(),
         lease_owners: BTreeMap::new(),
         cluster: FIRST_CLUSTER,

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use crate::checker::{Invariant, Verdict};
 use crate::harness::{says_stale_bound, watcher_bound};
 use crate::history::{
-    host_index, Condition, History, HostView, WatcherEventKind, WatcherSample, What,
+    host_index, Condition, History, HostView, SeenRecord, WatcherEventKind, WatcherEventRecord,
+    WatcherSample, What,
 };
 use crate::schedule::{Fault, WATCHERS};
 
@@ -185,6 +186,20 @@ pub(crate) fn watchers(
     let settled = |w: usize, t: u64| disturbed[w].iter().all(|(s, e)| *e + bound < t || *s > t);
     // Replayed views, the last revision seen, and whether synced.
     let mut views: Vec<HostView> = vec![HostView::new(); WATCHERS];
+    // The full record each watcher's events gave each host.
+    let mut records: Vec<BTreeMap<usize, SeenRecord>> = vec![BTreeMap::new(); WATCHERS];
+    // Every put etcd applied to a host key: (host, mod revision) -> when,
+    // and what it wrote (several after wipes, which restart revisions).
+    let mut puts: BTreeMap<(usize, i64), Vec<(u64, SeenRecord)>> = BTreeMap::new();
+    for r in &history.records {
+        if let What::HostPuts(all) = &r.what {
+            for (at, host, record) in all {
+                puts.entry((*host, record.mod_revision))
+                    .or_default()
+                    .push((*at, record.clone()));
+            }
+        }
+    }
     let mut last_rev = [0i64; WATCHERS];
     let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
     // A revision that went back (the differences of a restore come before
@@ -272,6 +287,7 @@ pub(crate) fn watchers(
                 }
                 if w < WATCHERS {
                     views[w].clear();
+                    records[w].clear();
                     last_rev[w] = 0;
                     synced_at[w] = None;
                     went_back[w] = None;
@@ -378,6 +394,17 @@ pub(crate) fn watchers(
                         ),
                     );
                 }
+                if let Some(problem) = check_record(r.at_ms, index, event, &mut records[w], &puts) {
+                    v.checks += 1;
+                    v.violate(
+                        Invariant::WatcherRecords,
+                        r.at_ms,
+                        None,
+                        format!("watcher {w}: {:?} for {host}: {problem}", event.kind),
+                    );
+                } else if event.record.is_some() {
+                    v.checks += 1;
+                }
                 let live = matches!(
                     event.kind,
                     WatcherEventKind::Up | WatcherEventKind::Updated | WatcherEventKind::Down
@@ -448,6 +475,62 @@ pub(crate) fn watchers(
                 format!("watcher {w}: revision went back from {from} and no restore followed"),
             );
         }
+    }
+}
+
+/// Every field of a host event against etcd's truth: an `Up` or `Updated`
+/// reports a record etcd really wrote (key, mod revision, lease and value
+/// of one put made by then, the mod revision at most the event's); an
+/// `Updated`'s previous record and a `Down`'s last-seen record are exactly
+/// what the watcher's events last gave that host. Updates `records`.
+fn check_record(
+    at: u64,
+    host: usize,
+    event: &WatcherEventRecord,
+    records: &mut BTreeMap<usize, SeenRecord>,
+    puts: &BTreeMap<(usize, i64), Vec<(u64, SeenRecord)>>,
+) -> Option<String> {
+    let record = event.record.as_ref();
+    match event.kind {
+        WatcherEventKind::Up | WatcherEventKind::Updated => {
+            let Some(record) = record else {
+                return Some("no record".into());
+            };
+            let problem = if event.mod_revision != Some(record.mod_revision)
+                || record.mod_revision > event.revision
+            {
+                Some(format!(
+                    "record at revision {} in an event at revision {}",
+                    record.mod_revision, event.revision
+                ))
+            } else if !puts
+                .get(&(host, record.mod_revision))
+                .is_some_and(|ps| ps.iter().any(|(t, p)| *t <= at && p == record))
+            {
+                Some(format!("reports {record:?}, which etcd never wrote"))
+            } else if event.kind == WatcherEventKind::Updated
+                && event.previous.as_ref() != records.get(&host)
+            {
+                Some(format!(
+                    "previous {:?}, but its events gave {:?}",
+                    event.previous,
+                    records.get(&host)
+                ))
+            } else {
+                None
+            };
+            records.insert(host, record.clone());
+            problem
+        }
+        WatcherEventKind::Down => {
+            let last = records.remove(&host);
+            (record != last.as_ref())
+                .then(|| format!("last seen {record:?}, but its events gave {last:?}"))
+        }
+        WatcherEventKind::Synced
+        | WatcherEventKind::Resynced
+        | WatcherEventKind::Restored
+        | WatcherEventKind::Retrying => None,
     }
 }
 

@@ -525,3 +525,73 @@ fn a_stale_member_answering_every_read_is_caught_as_a_view_going_back() {
         "the checker missed views taken back by a stale member"
     );
 }
+
+/// A watch (a broken proxy) that reports every put of a host key with a
+/// space appended to its value (still valid JSON, decoding to the same
+/// metadata): only the records' raw values show it.
+#[derive(Clone)]
+struct ValuePadded;
+#[derive(Clone)]
+struct ValuePaddedApi(SimEtcd);
+struct PadValues(SimWatchEvents);
+
+impl Wrap for ValuePadded {
+    type Api = ValuePaddedApi;
+    fn wrap(&self, etcd: SimEtcd) -> ValuePaddedApi {
+        ValuePaddedApi(etcd)
+    }
+}
+
+impl coord::WatchEvents for PadValues {
+    async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
+        let mut m = self.0.next().await?;
+        if let Ok(msg) = &mut m {
+            for e in &mut msg.events {
+                if let coord_core::kv::WatchEvent::Put { kv, .. } = e {
+                    if kv
+                        .key
+                        .as_bytes()
+                        .starts_with(coord::DEFAULT_PREFIX.as_bytes())
+                    {
+                        kv.value.push(b' ');
+                    }
+                }
+            }
+        }
+        Some(m)
+    }
+}
+
+impl Inner for ValuePaddedApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.0
+    }
+}
+
+impl EtcdApi for ValuePaddedApi {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = PadValues;
+    delegate!(unary);
+    delegate!(revoke);
+    delegate!(keep_alive);
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start: Revision,
+    ) -> Result<(SimWatchControl, PadValues), EtcdError> {
+        let (c, e) = self.0.watch(key, prefix, start).await?;
+        Ok((c, PadValues(e)))
+    }
+}
+
+#[test]
+fn a_watch_that_misreports_values_is_caught_by_the_record_checks() {
+    let seed = first_catch(ValuePadded, Invariant::WatcherRecords, 5);
+    assert!(
+        seed.is_some(),
+        "the checker missed watchers reporting values etcd never wrote"
+    );
+}
