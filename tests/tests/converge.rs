@@ -180,8 +180,19 @@ async fn a_wiped_etcd_is_noticed_and_the_watcher_converges_with_the_hosts_back()
             "{h} still on a lease from before the wipe"
         );
     }
+    // Each handle names its new lease once it has the put's answer (the
+    // watcher can see the key a moment before).
     for h in &hosts {
-        assert!(h.lease_id().is_some_and(|l| !before.contains(&l)));
+        eventually(
+            Duration::from_secs(10),
+            "the handle's new lease",
+            || async {
+                h.lease_id()
+                    .is_some_and(|l| !before.contains(&l) && view.values().any(|(v, _)| *v == l.0))
+                    .then_some(())
+            },
+        )
+        .await;
     }
 }
 
