@@ -260,55 +260,79 @@ fn the_real_client_passes_the_seeds_the_broken_ones_fail() {
     }
 }
 
-/// Drops from watch streams the delete events whose key `.0` selects (as a
-/// buggy filter might): whoever watches never learns those keys went.
+/// Edits every message of every watch stream with `.0` (as a buggy proxy
+/// or filter might).
 #[derive(Clone)]
-struct DeletesDropped(fn(&coord::Key) -> bool);
+struct WatchEdited(fn(&mut coord::WatchMessage));
 #[derive(Clone)]
-struct DeletesDroppedApi(SimEtcd, fn(&coord::Key) -> bool);
-struct NoDeletes(SimWatchEvents, fn(&coord::Key) -> bool);
+struct WatchEditedApi(SimEtcd, fn(&mut coord::WatchMessage));
+struct EditedEvents(SimWatchEvents, fn(&mut coord::WatchMessage));
+
+/// Drops the delete events whose key `drop` selects.
+fn drop_deletes(msg: &mut coord::WatchMessage, drop: fn(&coord::Key) -> bool) {
+    msg.events.retain(|e| match e {
+        coord_core::kv::WatchEvent::Delete { key, .. } => !drop(key),
+        coord_core::kv::WatchEvent::Put { .. } => true,
+    });
+}
 
 /// Every delete: host watchers never see a host go down.
-const ALL_DELETES: DeletesDropped = DeletesDropped(|_| true);
+const ALL_DELETES: WatchEdited = WatchEdited(|msg| drop_deletes(msg, |_| true));
 
 /// The election and lock queues' deletes: waiters and leaders never learn
 /// their key was deleted, waiters never see predecessors go, observers
 /// keep leaders that left.
-const QUEUE_DELETES: DeletesDropped =
-    DeletesDropped(|key| !key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes()));
+const QUEUE_DELETES: WatchEdited = WatchEdited(|msg| {
+    drop_deletes(msg, |key| {
+        !key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes())
+    })
+});
 
-impl Wrap for DeletesDropped {
-    type Api = DeletesDroppedApi;
-    fn wrap(&self, etcd: SimEtcd) -> DeletesDroppedApi {
-        DeletesDroppedApi(etcd, self.0)
+/// Every put of a host key with a space appended to its value (still
+/// valid JSON, decoding to the same metadata): only the records' raw
+/// values show it.
+const VALUES_PADDED: WatchEdited = WatchEdited(|msg| {
+    for e in &mut msg.events {
+        if let coord_core::kv::WatchEvent::Put { kv, .. } = e {
+            if kv
+                .key
+                .as_bytes()
+                .starts_with(coord::DEFAULT_PREFIX.as_bytes())
+            {
+                kv.value.push(b' ');
+            }
+        }
+    }
+});
+
+impl Wrap for WatchEdited {
+    type Api = WatchEditedApi;
+    fn wrap(&self, etcd: SimEtcd) -> WatchEditedApi {
+        WatchEditedApi(etcd, self.0)
     }
 }
 
-impl coord::WatchEvents for NoDeletes {
+impl coord::WatchEvents for EditedEvents {
     async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
         let mut m = self.0.next().await?;
         if let Ok(msg) = &mut m {
-            let drop = self.1;
-            msg.events.retain(|e| match e {
-                coord_core::kv::WatchEvent::Delete { key, .. } => !drop(key),
-                coord_core::kv::WatchEvent::Put { .. } => true,
-            });
+            (self.1)(msg);
         }
         Some(m)
     }
 }
 
-impl Inner for DeletesDroppedApi {
+impl Inner for WatchEditedApi {
     fn inner(&self) -> &SimEtcd {
         &self.0
     }
 }
 
-impl EtcdApi for DeletesDroppedApi {
+impl EtcdApi for WatchEditedApi {
     type Keeper = SimKeeper;
     type Replies = SimReplies;
     type WatchControl = SimWatchControl;
-    type WatchEvents = NoDeletes;
+    type WatchEvents = EditedEvents;
     delegate!(unary);
     delegate!(revoke);
     delegate!(keep_alive);
@@ -317,9 +341,9 @@ impl EtcdApi for DeletesDroppedApi {
         key: Vec<u8>,
         prefix: bool,
         start: Revision,
-    ) -> Result<(SimWatchControl, NoDeletes), EtcdError> {
+    ) -> Result<(SimWatchControl, EditedEvents), EtcdError> {
         let (c, e) = self.0.watch(key, prefix, start).await?;
-        Ok((c, NoDeletes(e, self.1)))
+        Ok((c, EditedEvents(e, self.1)))
     }
 }
 
@@ -344,9 +368,16 @@ fn first_catch_any<W: Wrap>(wrap: W, invariants: &[Invariant], max: u64) -> Opti
     })
 }
 
-/// A wrapper whose only change is what it does to transactions.
-macro_rules! txn_wrapper {
-    ($wrap:ident, $api:ident, |$txn:ident| $body:expr) => {
+/// A wrapper whose only change is what it does to transactions or to
+/// ranges.
+macro_rules! unary_wrapper {
+    ($wrap:ident, $api:ident, txn |$txn:ident| $body:expr) => {
+        unary_wrapper!(@ $wrap, $api, |$txn| $body, |request| request);
+    };
+    ($wrap:ident, $api:ident, range |$request:ident| $body:expr) => {
+        unary_wrapper!(@ $wrap, $api, |txn| txn, |$request| $body);
+    };
+    (@ $wrap:ident, $api:ident, |$txn:ident| $txn_body:expr, |$request:ident| $range_body:expr) => {
         #[derive(Clone)]
         struct $wrap;
         #[derive(Clone)]
@@ -376,11 +407,11 @@ macro_rules! txn_wrapper {
             async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
                 self.0.lease_grant(ttl_secs).await
             }
-            async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-                self.0.range(request).await
+            async fn range(&self, $request: RangeRequest) -> Result<Listing, EtcdError> {
+                self.0.range($range_body).await
             }
             async fn txn(&self, $txn: Txn) -> Result<TxnResponse, EtcdError> {
-                self.0.txn($body).await
+                self.0.txn($txn_body).await
             }
         }
     };
@@ -388,16 +419,20 @@ macro_rules! txn_wrapper {
 
 // Runs a leader's guarded transaction without its guard: a stale leader's
 // write lands after a newer leader's.
-txn_wrapper!(UnguardedTxn, UnguardedTxnApi, |txn| {
-    let guarded = txn.compares.len() == 1
-        && txn.success.len() == 1
-        && matches!(txn.success[0], coord::TxnOp::Txn(_));
-    let mut txn = txn;
-    if guarded {
-        txn.compares.clear();
+unary_wrapper!(
+    UnguardedTxn,
+    UnguardedTxnApi,
+    txn | txn | {
+        let guarded = txn.compares.len() == 1
+            && txn.success.len() == 1
+            && matches!(txn.success[0], coord::TxnOp::Txn(_));
+        let mut txn = txn;
+        if guarded {
+            txn.compares.clear();
+        }
+        txn
     }
-    txn
-});
+);
 
 #[test]
 fn an_unguarded_leader_transaction_is_caught_as_a_fencing_violation() {
@@ -408,20 +443,24 @@ fn an_unguarded_leader_transaction_is_caught_as_a_fencing_violation() {
 
 // A try whose "nobody queued" compare looks at its own key only: it joins
 // the queue like a campaign (and the core then leaves it again).
-txn_wrapper!(TryFallsThrough, TryFallsThroughApi, |txn| {
-    let mut txn = txn;
-    let own_key = match txn.success.first() {
-        Some(coord::TxnOp::Put { key, .. }) => Some(key.clone()),
-        _ => None,
-    };
-    if let (Some(c), Some(key)) = (txn.compares.first_mut(), own_key) {
-        if c.prefix {
-            c.prefix = false;
-            c.key = key;
+unary_wrapper!(
+    TryFallsThrough,
+    TryFallsThroughApi,
+    txn | txn | {
+        let mut txn = txn;
+        let own_key = match txn.success.first() {
+            Some(coord::TxnOp::Put { key, .. }) => Some(key.clone()),
+            _ => None,
+        };
+        if let (Some(c), Some(key)) = (txn.compares.first_mut(), own_key) {
+            if c.prefix {
+                c.prefix = false;
+                c.key = key;
+            }
         }
+        txn
     }
-    txn
-});
+);
 
 #[test]
 fn a_try_that_falls_through_to_a_campaign_is_caught() {
@@ -473,49 +512,19 @@ fn an_observer_blind_to_deletes_is_caught() {
     );
 }
 
-/// Sends every read as serializable (a proxy that answers all reads from
-/// whichever member it reaches): the linearizable re-read of a stale
-/// listing then comes from the stale member too.
-#[derive(Clone)]
-struct AllReadsSerializable;
-#[derive(Clone)]
-struct AllReadsSerializableApi(SimEtcd);
-
-impl Wrap for AllReadsSerializable {
-    type Api = AllReadsSerializableApi;
-    fn wrap(&self, etcd: SimEtcd) -> AllReadsSerializableApi {
-        AllReadsSerializableApi(etcd)
-    }
-}
-
-impl Inner for AllReadsSerializableApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
-    }
-}
-
-impl EtcdApi for AllReadsSerializableApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = SimWatchEvents;
-    delegate!(revoke);
-    delegate!(keep_alive);
-    delegate!(watch);
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.0.lease_grant(ttl_secs).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.0.txn(txn).await
-    }
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        let request = RangeRequest {
+// Sends every read as serializable (a proxy that answers all reads from
+// whichever member it reaches): the linearizable re-read of a stale
+// listing then comes from the stale member too.
+unary_wrapper!(
+    AllReadsSerializable,
+    AllReadsSerializableApi,
+    range | request | {
+        RangeRequest {
             consistency: coord_core::io::Consistency::Serializable,
             ..request
-        };
-        self.0.range(request).await
+        }
     }
-}
+);
 
 #[test]
 fn a_stale_member_answering_every_read_is_caught_as_a_view_going_back() {
@@ -526,70 +535,9 @@ fn a_stale_member_answering_every_read_is_caught_as_a_view_going_back() {
     );
 }
 
-/// A watch (a broken proxy) that reports every put of a host key with a
-/// space appended to its value (still valid JSON, decoding to the same
-/// metadata): only the records' raw values show it.
-#[derive(Clone)]
-struct ValuePadded;
-#[derive(Clone)]
-struct ValuePaddedApi(SimEtcd);
-struct PadValues(SimWatchEvents);
-
-impl Wrap for ValuePadded {
-    type Api = ValuePaddedApi;
-    fn wrap(&self, etcd: SimEtcd) -> ValuePaddedApi {
-        ValuePaddedApi(etcd)
-    }
-}
-
-impl coord::WatchEvents for PadValues {
-    async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
-        let mut m = self.0.next().await?;
-        if let Ok(msg) = &mut m {
-            for e in &mut msg.events {
-                if let coord_core::kv::WatchEvent::Put { kv, .. } = e {
-                    if kv
-                        .key
-                        .as_bytes()
-                        .starts_with(coord::DEFAULT_PREFIX.as_bytes())
-                    {
-                        kv.value.push(b' ');
-                    }
-                }
-            }
-        }
-        Some(m)
-    }
-}
-
-impl Inner for ValuePaddedApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
-    }
-}
-
-impl EtcdApi for ValuePaddedApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = PadValues;
-    delegate!(unary);
-    delegate!(revoke);
-    delegate!(keep_alive);
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, PadValues), EtcdError> {
-        let (c, e) = self.0.watch(key, prefix, start).await?;
-        Ok((c, PadValues(e)))
-    }
-}
-
 #[test]
 fn a_watch_that_misreports_values_is_caught_by_the_record_checks() {
-    let seed = first_catch(ValuePadded, Invariant::WatcherRecords, 5);
+    let seed = first_catch(VALUES_PADDED, Invariant::WatcherRecords, 5);
     assert!(
         seed.is_some(),
         "the checker missed watchers reporting values etcd never wrote"
