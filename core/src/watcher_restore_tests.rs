@@ -216,8 +216,9 @@ fn a_listing_behind_the_view_is_a_restore_when_linearizable() {
     assert_eq!(out.last(), Some(&watch(4, 9)));
 }
 
-#[test]
-fn a_serializable_listing_behind_the_view_is_read_again_linearizably_never_applied() {
+/// A serializable watcher that listed a at revision 10 (stream op 2),
+/// whose watch was then compacted at `compacted`; with what that sent.
+fn serializable_watch_compacted(compacted: i64) -> (Watcher, Vec<Output>) {
     let mut c = config(StartPolicy::FailFast);
     c.consistency = Consistency::Serializable;
     let mut m = Watcher::new(c).unwrap();
@@ -229,11 +230,17 @@ fn a_serializable_listing_behind_the_view_is_read_again_linearizably_never_appli
         t(5),
         Input::Io(Completion::WatchClosed {
             stream: OpId(2),
-            failure: Failure::Compacted(9),
+            failure: Failure::Compacted(compacted),
         }),
     )
     .unwrap();
     let out = drain(&mut m);
+    (m, out)
+}
+
+#[test]
+fn a_serializable_listing_behind_the_view_is_read_again_linearizably_never_applied() {
+    let (mut m, out) = serializable_watch_compacted(9);
     assert_eq!(
         out.last(),
         Some(&range_page(
@@ -269,22 +276,7 @@ fn a_serializable_listing_behind_the_view_is_read_again_linearizably_never_appli
 /// loop, stale, for as long as the member lagged.
 #[test]
 fn a_serializable_listing_behind_the_compaction_it_was_read_for_is_read_again_linearizably() {
-    let mut c = config(StartPolicy::FailFast);
-    c.consistency = Consistency::Serializable;
-    let mut m = Watcher::new(c).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    let _ = drain(&mut m);
-    page(&mut m, 1, 1, vec![kv("a", "A", 3, 7)], 10, false, A);
-    let _ = drain(&mut m);
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(12),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let (mut m, _) = serializable_watch_compacted(12);
     // At the view's revision, not behind it, but behind the compaction.
     page(&mut m, 6, 3, vec![kv("a", "A", 3, 7)], 10, false, A);
     assert_eq!(drain(&mut m), vec![lin(4)]);
