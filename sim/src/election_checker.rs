@@ -588,27 +588,24 @@ fn present_after<'a>(
 /// requests were applied (unanswered requests, a partition cutting the way
 /// back): a grant may have made a lease the process never learned of.
 fn lossy(history: &History, c: usize) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut open = None;
-    for r in &history.records {
-        match &r.what {
-            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
-            What::Fault(Fault::ContenderPartition {
+    let mut out: Vec<(u64, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::Fault(Fault::DropReplies { ms }) => Some((r.at_ms, r.at_ms + ms)),
+            _ => None,
+        })
+        .collect();
+    out.extend(history.spans(
+        |what| {
+            matches!(what, What::Fault(Fault::ContenderPartition {
                 contender,
                 direction: Direction::FromEtcd | Direction::Both,
                 ..
-            }) if *contender == c => {
-                open.get_or_insert(r.at_ms);
-            }
-            What::ContenderPartitionEnded { contender } if *contender == c => {
-                if let Some(s) = open.take() {
-                    out.push((s, r.at_ms));
-                }
-            }
-            _ => {}
-        }
-    }
-    out.extend(open.map(|s| (s, u64::MAX)));
+            }) if *contender == c)
+        },
+        |what| matches!(what, What::ContenderPartitionEnded { contender } if *contender == c),
+    ));
     out
 }
 

@@ -399,6 +399,31 @@ pub struct History {
     pub records: Vec<Record>,
 }
 
+impl History {
+    /// Spans (begin, end) from a record `begins` selects to the next one
+    /// `ends` selects (another begin while one is open does not restart
+    /// it); one still open at the end of the history ends at `u64::MAX`.
+    pub fn spans(
+        &self,
+        begins: impl Fn(&What) -> bool,
+        ends: impl Fn(&What) -> bool,
+    ) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut open = None;
+        for r in &self.records {
+            if begins(&r.what) {
+                open.get_or_insert(r.at_ms);
+            } else if ends(&r.what) {
+                if let Some(s) = open.take() {
+                    out.push((s, r.at_ms));
+                }
+            }
+        }
+        out.extend(open.map(|s| (s, u64::MAX)));
+        out
+    }
+}
+
 /// A shared recorder that tasks on every node append to.
 #[derive(Debug, Clone, Default)]
 pub struct Recorder(Arc<Mutex<History>>);

@@ -19,77 +19,39 @@ fn ms(d: std::time::Duration) -> u64 {
 /// its own partitions, pauses and crashes, etcd leader changes, wipes,
 /// unanswered requests, and compactions (which force a re-list).
 fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut open_partition = None;
-    let mut open_pause = None;
-    let mut open_crash = None;
-    for r in &history.records {
-        match &r.what {
-            What::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w => {
-                open_crash.get_or_insert(r.at_ms);
-            }
-            What::WatcherRestarted { watcher } if *watcher == w => {
-                if let Some(s) = open_crash.take() {
-                    out.push((s, r.at_ms));
-                }
-            }
-            What::Fault(Fault::Wipe { down_ms, .. }) => {
-                out.push((r.at_ms, r.at_ms + down_ms));
-            }
-            What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w => {
-                open_partition.get_or_insert(r.at_ms);
-            }
-            What::WatcherPartitionEnded { watcher } if *watcher == w => {
-                if let Some(s) = open_partition.take() {
-                    out.push((s, r.at_ms));
-                }
-            }
-            What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w => {
-                open_pause.get_or_insert(r.at_ms);
-            }
-            What::WatcherResumed { watcher } if *watcher == w => {
-                if let Some(s) = open_pause.take() {
-                    out.push((s, r.at_ms));
-                }
-            }
-            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
-                out.push((r.at_ms, r.at_ms + unavailable_ms));
-            }
-            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
-            What::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
-            _ => {}
-        }
-    }
-    for s in open_partition
-        .into_iter()
-        .chain(open_pause)
-        .chain(open_crash)
-    {
-        out.push((s, u64::MAX));
-    }
+    let mut out: Vec<(u64, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::Fault(Fault::Wipe { down_ms: ms, .. })
+            | What::Fault(Fault::LeaderChange { unavailable_ms: ms })
+            | What::Fault(Fault::DropReplies { ms }) => Some((r.at_ms, r.at_ms + ms)),
+            What::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms)),
+            _ => None,
+        })
+        .collect();
+    out.extend(history.spans(
+        |what| matches!(what, What::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w),
+        |what| matches!(what, What::WatcherRestarted { watcher } if *watcher == w),
+    ));
+    out.extend(history.spans(
+        |what| matches!(what, What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w),
+        |what| matches!(what, What::WatcherPartitionEnded { watcher } if *watcher == w),
+    ));
+    out.extend(history.spans(
+        |what| matches!(what, What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w),
+        |what| matches!(what, What::WatcherResumed { watcher } if *watcher == w),
+    ));
     out
 }
 
 /// Stalls (start, end) of watcher `w`'s consumer; one still on at the end
 /// of the history ends at `u64::MAX`.
 fn consumer_stalls(history: &History, w: usize) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut open = None;
-    for r in &history.records {
-        match &r.what {
-            What::Fault(Fault::ConsumerStall { watcher, .. }) if *watcher == w => {
-                open.get_or_insert(r.at_ms);
-            }
-            What::ConsumerStallEnded { watcher } if *watcher == w => {
-                if let Some(s) = open.take() {
-                    out.push((s, r.at_ms));
-                }
-            }
-            _ => {}
-        }
-    }
-    out.extend(open.map(|s| (s, u64::MAX)));
-    out
+    history.spans(
+        |what| matches!(what, What::Fault(Fault::ConsumerStall { watcher, .. }) if *watcher == w),
+        |what| matches!(what, What::ConsumerStallEnded { watcher } if *watcher == w),
+    )
 }
 
 /// Windows during which a stale member answered serializable reads.
@@ -110,11 +72,15 @@ fn stale_read_windows(history: &History) -> Vec<(u64, u64)> {
 /// the stall or in the 2 s after it (while it hands over what it kept).
 /// Coord's own timers wait while the consumer does not read, so its
 /// streams are not judged silent. Each quiet stall counts as a check.
-fn check_stalls(history: &History, others: &[Vec<(u64, u64)>], v: &mut Verdict) {
+fn check_stalls(
+    history: &History,
+    others: &[Vec<(u64, u64)>],
+    stalls: &[Vec<(u64, u64)>],
+    v: &mut Verdict,
+) {
     let bound = ms(watcher_bound());
     let stale = stale_read_windows(history);
-    for (w, others) in others.iter().enumerate() {
-        let stalls = consumer_stalls(history, w);
+    for (w, (others, stalls)) in others.iter().zip(stalls).enumerate() {
         let quiet = |s: u64, t: u64| {
             others
                 .iter()
@@ -173,13 +139,14 @@ pub(crate) fn watchers(
     let own: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
         .map(|w| watcher_disturbances(history, w))
         .collect();
-    check_stalls(history, &own, v);
+    let stalls: Vec<Vec<(u64, u64)>> = (0..WATCHERS).map(|w| consumer_stalls(history, w)).collect();
+    check_stalls(history, &own, &stalls, v);
     // A stalled consumer takes nothing: its view lags for the stall.
     let disturbed: Vec<Vec<(u64, u64)>> = own
         .into_iter()
-        .enumerate()
-        .map(|(w, mut d)| {
-            d.extend(consumer_stalls(history, w));
+        .zip(&stalls)
+        .map(|(mut d, s)| {
+            d.extend(s);
             d
         })
         .collect();
