@@ -660,7 +660,8 @@ fn spread_hosts(case: &mut Case, spread: u64) {
     if tens <= 1 {
         return;
     }
-    let mut draw = spread;
+    let mut rng = coord_core::rng::Rng::new(spread);
+    let last_ten = u64::try_from(tens - 1).unwrap_or(0);
     for tf in &mut case.faults {
         let host = match &mut tf.fault {
             Fault::Partition { host, .. }
@@ -670,10 +671,7 @@ fn spread_hosts(case: &mut Case, spread: u64) {
             | Fault::RevokeLease { host } => host,
             _ => continue,
         };
-        draw = draw
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let ten = usize::try_from((draw >> 33) % tens as u64).unwrap_or(0);
+        let ten = usize::try_from(rng.below_inclusive(last_ten)).unwrap_or(0);
         let moved = *host + 10 * ten;
         *host = if moved < n { moved } else { *host };
     }
