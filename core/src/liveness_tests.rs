@@ -352,8 +352,10 @@ fn stream_that_cannot_be_reopened_loses_the_lease_at_its_deadline_then_resumes()
     // The reopened stream fails before any reply: paced retries, no event.
     let mut op = 4;
     let mut now = 501;
+    let mut refused = 0;
     loop {
         closed(&mut m, now, op, Failure::Unavailable("member down".into()));
+        refused += 1;
         assert_eq!(
             drain(&mut m),
             vec![cmd(Command::CloseKeepAlive { stream: OpId(op) })]
@@ -369,6 +371,16 @@ fn stream_that_cannot_be_reopened_loses_the_lease_at_its_deadline_then_resumes()
                     reason: LostReason::StreamClosed(Failure::Unavailable("member down".into()))
                 })
             );
+            // The deadline is no new failure: the retry the last refusal
+            // scheduled stands (no further delay drawn, none counted).
+            let Output::Event(Event::Retrying(Retry {
+                attempt, next_at, ..
+            })) = out[1]
+            else {
+                panic!("{out:?}")
+            };
+            assert_eq!(attempt, refused, "{out:?}");
+            assert!(next_at >= t(now) && next_at <= t(now + 1000), "{next_at}");
             break;
         }
         assert!(now - 501 < 9002, "retries are paced but keep coming");
@@ -453,6 +465,57 @@ fn lease_not_found_on_the_stream_is_a_lost_lease() {
             ttl_secs: 9
         })]
     );
+}
+
+/// etcd refusing while the host reopens its stream raises the attempt
+/// count; when etcd then answers that the lease is gone, etcd works again,
+/// so the heal starts from the first attempt (the initial 100 ms ceiling),
+/// not from where the refusals left the backoff.
+#[test]
+fn a_lease_found_gone_after_refusals_heals_from_the_first_attempt() {
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::StreamClosed("h2 error".into()));
+    let mut stream = 4;
+    let mut now = 500;
+    assert!(drain(&mut m).contains(&cmd(Command::OpenKeepAlive {
+        op: OpId(stream),
+        lease: LEASE
+    })));
+    // Four reopens refused in a row: the ceiling grows to 800 ms.
+    for _ in 0..4 {
+        closed(
+            &mut m,
+            now + 1,
+            stream,
+            Failure::Unavailable("no leader".into()),
+        );
+        let _ = drain(&mut m);
+        now = fire(&mut m);
+        let out = drain(&mut m);
+        let Some(Output::Command(Command::OpenKeepAlive { op, .. })) = out.first() else {
+            panic!("{out:?}")
+        };
+        stream = op.0;
+    }
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+    reply(&mut m, now + 1, stream, 0);
+    let out = drain(&mut m);
+    assert!(
+        out.contains(&ev(Event::Lost {
+            lease: LEASE,
+            reason: LostReason::LeaseExpired
+        })),
+        "{out:?}"
+    );
+    let Some(Output::Event(Event::Retrying(Retry {
+        attempt, next_at, ..
+    }))) = out.last()
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*attempt, 1);
+    let wait = next_at.as_millis() - (now + 1);
+    assert!((50..=100).contains(&wait), "waits {wait} ms");
 }
 
 #[test]

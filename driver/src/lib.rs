@@ -85,6 +85,7 @@ pub use client::Client;
 pub use connect::{connect, ConnectOptions};
 pub use coord_core::kv::KeyValue;
 pub use coord_core::liveness::{Event as LivenessEvent, LostReason, RevokeOutcome};
+pub use coord_core::probe::ProbeConfig;
 pub use coord_core::watcher::ResyncReason;
 pub use coord_core::Revision;
 pub use coord_core::{AttemptFailure, Retry};

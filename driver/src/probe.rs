@@ -40,6 +40,7 @@ struct Hub {
     /// unanswered).
     silences: watch::Sender<u64>,
     started: AtomicBool,
+    config: ProbeConfig,
 }
 
 impl Default for ProbeHub {
@@ -49,13 +50,21 @@ impl Default for ProbeHub {
 }
 
 impl ProbeHub {
-    /// A hub with no task yet (it starts with the first loop).
+    /// A hub with no task yet (it starts with the first loop), probing
+    /// at most once a second.
     pub fn new() -> Self {
+        Self::with_config(ProbeConfig::default())
+    }
+
+    /// A hub that probes as `config` says (the default: at most once a
+    /// second, and a probe unanswered for a second counts as silence).
+    pub fn with_config(config: ProbeConfig) -> Self {
         ProbeHub(Arc::new(Hub {
             demand: watch::channel(0).0,
             returned: Mutex::new(Vec::new()),
             silences: watch::channel(0).0,
             started: AtomicBool::new(false),
+            config,
         }))
     }
 
@@ -69,6 +78,7 @@ impl ProbeHub {
         tokio::spawn(run(
             api.for_probe(),
             Arc::downgrade(&self.0),
+            self.0.config.clone(),
             (demand, silences),
         ));
     }
@@ -147,10 +157,11 @@ type Probe = Pin<Box<dyn std::future::Future<Output = Completion> + Send>>;
 async fn run<A: EtcdApi>(
     api: A,
     hub: Weak<Hub>,
+    config: ProbeConfig,
     (mut demand, mut silences): (watch::Receiver<usize>, watch::Receiver<u64>),
 ) {
     let clock = Clock::start();
-    let mut prober = Prober::new(ProbeConfig::default());
+    let mut prober = Prober::new(config);
     let mut in_flight: Option<Probe> = None;
     prober.handle(
         clock.now(),

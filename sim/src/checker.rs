@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use coord::LivenessStatus;
 
+use crate::bounds::{HealPath, Nominal};
 use crate::harness::{heal_bound, EXPIRY_SLACK};
 use crate::history::{Condition, History, HostSample, What, SAMPLE_EVERY};
 use crate::schedule::{Case, Fault};
@@ -46,6 +47,9 @@ pub enum Invariant {
     LeaseMatches,
     /// A host was not registered within the bound after the heal.
     BackAfterHeal,
+    /// A host took longer to register again than the path that cleared
+    /// its way to etcd allows (see [`crate::bounds`]).
+    HealOnTime,
     /// A crashed host's key outlived its TTL plus slack.
     CrashedKeyExpires,
     /// A key was present after its host stopped.
@@ -96,6 +100,10 @@ pub enum Invariant {
     ObserverComplete,
     /// An observer's last report was not etcd's settled leader.
     ObserverConverges,
+    /// A returning fleet of 100 or more hosts sent more than
+    /// [`HERD_BOUND_PERMILLE`] of its heal requests within
+    /// [`HERD_WINDOW_MS`]: a thundering herd.
+    HerdSpread,
 }
 
 /// One violation.
@@ -124,12 +132,19 @@ pub struct Verdict {
     pub heal_ms: Vec<u64>,
     /// The same, by what cleared: (kind, ms).
     pub heal_by_kind: Vec<(&'static str, u64)>,
+    /// Each heal as a share of its path's bound, per mille: how close the
+    /// run came to its bounds.
+    pub heal_permille_of_bound: Vec<u64>,
     /// etcd change to watcher event, ms (undisturbed watchers only).
     pub lag_ms: Vec<u64>,
     /// Most lease grants etcd served in any one second after the first,
     /// as a percentage of the fleet (fleets of 5 or more hosts): the
     /// re-registration peak, where a thundering herd would show.
     pub peak_grant_pct: Option<u64>,
+    /// The densest herd of the run (fleets of 100 or more hosts): the
+    /// largest share, per mille, of a returning fleet's grants and
+    /// keep-alive opens sent within [`HERD_WINDOW_MS`].
+    pub herd_permille: Option<u64>,
     /// A leader's process crashed to a successor leading, minus its TTL, ms.
     pub failover_ms: Vec<u64>,
     /// Resign to the successor elected, ms.
@@ -199,7 +214,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     }
     crashed_keys_expire(case, history, &samples, &mut v);
     no_ghost(case, history, &samples, &mut v);
-    heal_latencies(history, &samples, &mut v);
+    heal_latencies(case, history, &samples, &mut v);
     crate::watcher_checker::watchers(history, heal_at, stop_all_at, &mut v);
     if !case.contenders.is_empty() {
         crate::election_checker::check(case, history, &mut v);
@@ -207,7 +222,10 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     // Only fleets large enough for a herd to mean something.
     if case.ttls.len() >= 5 {
         let fleet = u64::try_from(case.ttls.len()).unwrap_or(1);
-        v.peak_grant_pct = peak_grants(history).map(|peak| peak * 100 / fleet);
+        v.peak_grant_pct = peak_grants(history, 1000).map(|peak| peak * 100 / fleet);
+        if case.ttls.len() >= HERD_FLEET {
+            herd(history, case.ttls.len(), &mut v);
+        }
     }
     for r in &history.records {
         if let What::SimulatorAnomalies(n) = r.what {
@@ -228,8 +246,9 @@ pub fn check(case: &Case, history: &History) -> Verdict {
 /// Whenever a running host reports `Registered{L}`, its key is attached to
 /// `L`. Hosts just resumed from a pause get two sampling periods to run
 /// their due timers. After its lease is revoked from outside, a host may
-/// claim it until it learns (next keep-alive) or its own deadline passes:
-/// at most one TTL.
+/// claim it until its next keep-alive is answered "gone"
+/// ([`Nominal::learns_revoke_ms`]); when something else disturbs it near
+/// the revoke, until its own deadline passes (one TTL).
 fn lease_matches(
     case: &Case,
     history: &History,
@@ -244,14 +263,24 @@ fn lease_matches(
             _ => None,
         })
         .collect();
-    let revoked: Vec<(usize, u64)> = history
+    let nominal = Nominal::default();
+    // After a revoke, how long each host may still claim the lease (from
+    // the revoke): its next keep-alive tells it, unless something else
+    // disturbs it then; a disturbed host may claim it until its own
+    // deadline (one TTL).
+    let revoked: Vec<(usize, u64, Option<u64>)> = history
         .records
         .iter()
         .filter_map(|r| match r.what {
             What::Fault(Fault::RevokeLease { host }) => Some((host, r.at_ms)),
-            // A wipe revokes every lease.
+            // A wipe revokes every lease, with etcd down meanwhile.
             What::Fault(Fault::Wipe { .. }) => Some((usize::MAX, r.at_ms)),
             _ => None,
+        })
+        .map(|(host, at)| {
+            let ttl = case.ttls.get(host).copied().unwrap_or(10).max(2);
+            let quiet = host != usize::MAX && !disturbed_near(history, host, at, ttl * 1000);
+            (host, at, quiet.then(|| nominal.learns_revoke_ms(ttl)))
         })
         .collect();
     for (at, hosts) in samples {
@@ -263,8 +292,9 @@ fn lease_matches(
                 .iter()
                 .any(|(h, r)| *h == i && *at >= *r && *at < *r + ms(SAMPLE_EVERY) * 2);
             let ttl = case.ttls.get(i).copied().unwrap_or(2).max(2) * 1000;
-            let learning = revoked.iter().any(|(h, r)| {
-                (*h == i || *h == usize::MAX) && *at >= *r && *at <= *r + ttl + ms(SAMPLE_EVERY)
+            let learning = revoked.iter().any(|(h, r, window)| {
+                let window = window.unwrap_or(ttl + ms(SAMPLE_EVERY));
+                (*h == i || *h == usize::MAX) && *at >= *r && *at <= *r + window
             });
             if just_resumed || learning {
                 continue;
@@ -285,6 +315,34 @@ fn lease_matches(
             }
         }
     }
+}
+
+/// True if anything but a revoke touched `host` within `span_ms` before
+/// or after `at`: its own partition, pause, crash or stop, or an outage of
+/// etcd for everyone.
+fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u64) -> bool {
+    history.records.iter().any(|r| {
+        r.at_ms + span_ms >= at
+            && r.at_ms <= at + span_ms
+            && match &r.what {
+                What::Fault(
+                    Fault::Partition { host: h, .. }
+                    | Fault::Pause { host: h, .. }
+                    | Fault::Crash { host: h, .. }
+                    | Fault::Stop { host: h },
+                ) => *h == host,
+                What::PartitionEnded { host: h }
+                | What::Resumed { host: h }
+                | What::Restarted { host: h } => *h == host,
+                What::Fault(
+                    Fault::LeaderChange { .. }
+                    | Fault::DropReplies { .. }
+                    | Fault::Wipe { .. }
+                    | Fault::StaleReads { .. },
+                ) => true,
+                _ => false,
+            }
+    })
 }
 
 fn back_after_heal(
@@ -515,28 +573,38 @@ pub(crate) fn expiry_deadline(from: u64, ttl_ms: u64, windows: &[(u64, u64)]) ->
 
 /// From each moment a host's path to etcd clears (partition ended, pause
 /// ended, restart, etcd answering again after a leader change, unanswered
-/// requests or a wipe, the global heal) while it is not registered, to the
-/// first sample where it is, unless a new fault touches it first. Kept by
-/// what cleared.
-fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
+/// requests or a wipe, the global heal, its lease revoked from outside)
+/// while it is not registered, to the first sample where it is, unless a
+/// new fault touches it first. Kept by what cleared, and checked against
+/// that path's bound ([`Nominal::heal_ms`]).
+fn heal_latencies(
+    case: &Case,
+    history: &History,
+    samples: &[(u64, &Vec<HostSample>)],
+    v: &mut Verdict,
+) {
+    let nominal = Nominal::default();
     let n = samples.first().map_or(0, |(_, s)| s.len());
-    let mut clears: Vec<(usize, u64, &'static str)> = Vec::new();
+    let mut clears: Vec<(usize, u64, HealPath)> = Vec::new();
     for r in &history.records {
         let everyone = |kind, at: u64| (0..n).map(move |h| (h, at, kind));
         match r.what {
-            What::PartitionEnded { host } => clears.push((host, r.at_ms, "partition")),
-            What::Resumed { host } => clears.push((host, r.at_ms, "GC pause")),
-            What::Restarted { host } => clears.push((host, r.at_ms, "host crash")),
+            What::PartitionEnded { host } => clears.push((host, r.at_ms, HealPath::Partition)),
+            What::Resumed { host } => clears.push((host, r.at_ms, HealPath::Pause)),
+            What::Restarted { host } => clears.push((host, r.at_ms, HealPath::Restart)),
+            What::Fault(Fault::RevokeLease { host }) => {
+                clears.push((host, r.at_ms, HealPath::Revoked));
+            }
             What::Fault(Fault::LeaderChange { unavailable_ms }) => {
-                clears.extend(everyone("leader change", r.at_ms + unavailable_ms));
+                clears.extend(everyone(HealPath::LeaderChange, r.at_ms + unavailable_ms));
             }
             What::Fault(Fault::DropReplies { ms }) => {
-                clears.extend(everyone("unanswered requests", r.at_ms + ms));
+                clears.extend(everyone(HealPath::Unanswered, r.at_ms + ms));
             }
             What::Fault(Fault::Wipe { down_ms, .. }) => {
-                clears.extend(everyone("etcd wiped", r.at_ms + down_ms));
+                clears.extend(everyone(HealPath::Wiped, r.at_ms + down_ms));
             }
-            What::HealAll => clears.extend(everyone("global heal", r.at_ms)),
+            What::HealAll => clears.extend(everyone(HealPath::GlobalHeal, r.at_ms)),
             _ => {}
         }
     }
@@ -597,7 +665,7 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
     }
     own.extend(open.iter().map(|(h, s, _)| (*h, *s, u64::MAX)));
     for (host, at, kind) in clears {
-        if kind != "global heal" && outages.iter().any(|(s, e)| *s < at && at < *e) {
+        if kind != HealPath::GlobalHeal && outages.iter().any(|(s, e)| *s < at && at < *e) {
             continue;
         }
         if own.iter().any(|(h, s, e)| *h == host && *s < at && at < *e) {
@@ -614,24 +682,134 @@ fn heal_latencies(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mu
             .find(|(t, s)| *t >= at && s.get(host).is_some_and(healthy))
         {
             if !disturbs(host, at, *t) {
-                v.heal_ms.push(t - at);
-                v.heal_by_kind.push((kind, t - at));
+                let took = t - at;
+                v.heal_ms.push(took);
+                v.heal_by_kind.push((kind.label(), took));
+                let ttl = case.ttls.get(host).copied().unwrap_or(2).max(2);
+                let bound = nominal.heal_ms(kind, ttl);
+                v.heal_permille_of_bound.push(took * 1000 / bound.max(1));
+                v.checks += 1;
+                if took > bound {
+                    v.violate(
+                        Invariant::HealOnTime,
+                        *t,
+                        Some(host),
+                        format!(
+                            "registered again {took} ms after {} at {at} ms (bound {bound} ms)",
+                            kind.label()
+                        ),
+                    );
+                }
             }
         }
     }
 }
 
-/// Most grants served within any one second, after the fleet's first
+/// Most grants served within any `window_ms`, after the fleet's first
 /// second (when every host registers for the first time).
-fn peak_grants(history: &History) -> Option<u64> {
-    let times: Vec<u64> = history.records.iter().find_map(|r| match &r.what {
-        What::GrantTimes(t) => Some(t.iter().copied().filter(|t| *t >= 1000).collect()),
+fn peak_grants(history: &History, window_ms: u64) -> Option<u64> {
+    let times = history.records.iter().find_map(|r| match &r.what {
+        What::GrantTimes(t) => Some(t),
         _ => None,
     })?;
+    peak_in(times, window_ms)
+}
+
+/// How long after etcd answers again its returning fleet is watched for a
+/// herd.
+pub const RETURN_WINDOW_MS: u64 = 10_000;
+
+/// The window a herd is measured over.
+pub const HERD_WINDOW_MS: u64 = 10;
+
+/// Fleets this large or larger are checked for herds.
+pub const HERD_FLEET: usize = 100;
+
+/// Most of a returning fleet's heal requests any [`HERD_WINDOW_MS`] may
+/// hold, per mille. Equal jitter spreads a fleet that failed together over
+/// at least half the first backoff ceiling (50 ms by default), so 10 ms
+/// hold about a fifth of it; 30% leaves room for chance in a fleet of 100.
+pub const HERD_BOUND_PERMILLE: u64 = 300;
+
+/// Checks each return of a large fleet for a herd (see [`herd_share`]).
+fn herd(history: &History, fleet: usize, v: &mut Verdict) {
+    let Some((at, share)) = herd_share(history, fleet) else {
+        return;
+    };
+    v.herd_permille = Some(share);
+    v.checks += 1;
+    if share > HERD_BOUND_PERMILLE {
+        v.violate(
+            Invariant::HerdSpread,
+            at,
+            None,
+            format!(
+                "{share}‰ of the fleet's grants and keep-alive opens after etcd's return at {at} ms were sent within {HERD_WINDOW_MS} ms (bound {HERD_BOUND_PERMILLE}‰)"
+            ),
+        );
+    }
+}
+
+/// The herd a returning fleet makes: for each time etcd answers the whole
+/// fleet again (a leader change, a wipe or unanswered requests ending)
+/// that brings at least half the fleet's worth of grants and keep-alive
+/// opens (as sent, before etcd's queueing spreads them) in the
+/// [`RETURN_WINDOW_MS`] after it, the share of those requests sent in its
+/// busiest [`HERD_WINDOW_MS`], per mille.
+/// The largest such share of the run, with its return's time.
+fn herd_share(history: &History, fleet: usize) -> Option<(u64, u64)> {
+    let times = history.records.iter().find_map(|r| match &r.what {
+        What::HealRequests(t) => Some(t),
+        _ => None,
+    })?;
+    // Fleet-wide outages: (start, end).
+    let outages: Vec<(u64, u64)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::LeaderChange { unavailable_ms: d })
+            | What::Fault(Fault::DropReplies { ms: d })
+            | What::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
+            _ => None,
+        })
+        .collect();
+    outages
+        .iter()
+        .filter_map(|(_, at)| {
+            // Not a return while another outage goes on; watched until the
+            // next outage begins.
+            if outages.iter().any(|(s, e)| s < at && at < e) {
+                return None;
+            }
+            let until = outages
+                .iter()
+                .map(|(s, _)| *s)
+                .filter(|s| s > at)
+                .fold(at + RETURN_WINDOW_MS, u64::min);
+            let mut after: Vec<u64> = times
+                .iter()
+                .copied()
+                .filter(|t| t >= at && *t < until)
+                .collect();
+            if after.len() * 2 < fleet {
+                return None;
+            }
+            after.sort_unstable();
+            let total = u64::try_from(after.len()).ok()?;
+            peak_in(&after, HERD_WINDOW_MS).map(|peak| (peak * 1000 / total, *at))
+        })
+        .max()
+        .map(|(share, at)| (at, share))
+}
+
+/// Most of `times` (sorted, virtual ms) within any `window_ms`, ignoring
+/// the first second.
+fn peak_in(times: &[u64], window_ms: u64) -> Option<u64> {
+    let times: Vec<u64> = times.iter().copied().filter(|t| *t >= 1000).collect();
     let mut peak = 0;
     let mut start = 0;
     for (end, t) in times.iter().enumerate() {
-        while times[start] + 1000 <= *t {
+        while times[start] + window_ms <= *t {
             start += 1;
         }
         peak = peak.max(end - start + 1);

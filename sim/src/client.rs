@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use coord::{
     EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId, WatchControl,
@@ -16,6 +16,39 @@ use madsim::net::Endpoint;
 
 use crate::wire::{Envelope, Reply, Request, StreamBody, StreamMessage, REQUEST_TAG};
 
+/// What every simulated client of a run reports to the harness.
+#[derive(Debug, Clone)]
+pub struct ClientLog {
+    /// Protocol anomalies: a message of the wrong type on a tag, which
+    /// would mean the simulator itself mixed up messages.
+    pub anomalies: Arc<AtomicU64>,
+    /// When each lease grant or keep-alive open was sent (virtual ms since
+    /// `start`): the load a fleet decides to put on etcd, before etcd's
+    /// own queueing spreads it.
+    pub heal_sends: Arc<Mutex<Vec<u64>>>,
+    /// The run's start.
+    pub start: madsim::time::Instant,
+}
+
+impl ClientLog {
+    /// An empty log for a run started at `start`.
+    pub fn new(start: madsim::time::Instant) -> Self {
+        ClientLog {
+            anomalies: Arc::default(),
+            heal_sends: Arc::default(),
+            start,
+        }
+    }
+
+    fn heal_sent(&self) {
+        let at = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.heal_sends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(at);
+    }
+}
+
 /// A client of the simulated etcd. Cheap to clone. Requests whose packets
 /// are dropped (a partition) never complete; the driver's deadlines end
 /// them, as with a blackholed real etcd.
@@ -25,7 +58,7 @@ pub struct SimEtcd {
     server: SocketAddr,
     client: u64,
     tags: Arc<AtomicU64>,
-    anomalies: Arc<AtomicU64>,
+    log: ClientLog,
     /// One prober for every handle of this process, as `coord::connect`'s
     /// clients share one.
     probe: coord::ProbeHub,
@@ -42,13 +75,12 @@ impl std::fmt::Debug for SimEtcd {
 
 impl SimEtcd {
     /// Binds an endpoint on the current node and talks to `server`.
-    /// `client` identifies this process in the recorded history; protocol
-    /// anomalies (a message of the wrong type on a tag, which would mean
-    /// the simulator itself mixed up messages) are counted in `anomalies`.
+    /// `client` identifies this process in the recorded history; what it
+    /// reports goes to `log`.
     pub async fn connect(
         server: SocketAddr,
         client: u64,
-        anomalies: Arc<AtomicU64>,
+        log: ClientLog,
     ) -> std::io::Result<SimEtcd> {
         let ep = Endpoint::bind("0.0.0.0:0").await?;
         Ok(SimEtcd {
@@ -62,8 +94,15 @@ impl SimEtcd {
             tags: Arc::new(AtomicU64::new(
                 (madsim::rand::random::<u64>() >> 1) | (REQUEST_TAG + 1),
             )),
-            anomalies,
+            log,
         })
+    }
+
+    /// This client with a prober of its own that probes as `config` says
+    /// (the simulator's own tests run slowed probers with it).
+    pub fn with_probe(mut self, config: coord::ProbeConfig) -> SimEtcd {
+        self.probe = coord::ProbeHub::with_config(config);
+        self
     }
 
     fn tag(&self) -> u64 {
@@ -91,7 +130,7 @@ impl SimEtcd {
             .await
             .map_err(|e| EtcdError::Indeterminate(e.to_string()))?;
         payload.downcast::<Reply>().map(|r| *r).map_err(|_| {
-            self.anomalies.fetch_add(1, Ordering::Relaxed);
+            self.log.anomalies.fetch_add(1, Ordering::Relaxed);
             EtcdError::Other("unexpected reply type".into())
         })
     }
@@ -125,7 +164,7 @@ impl OrderedStream {
             stream,
             next: 0,
             early: BTreeMap::new(),
-            anomalies: Arc::clone(&etcd.anomalies),
+            anomalies: Arc::clone(&etcd.log.anomalies),
         }
     }
 
@@ -329,6 +368,7 @@ impl EtcdApi for SimEtcd {
     }
 
     async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.log.heal_sent();
         match self.call(Request::Grant { ttl: ttl_secs }).await? {
             Reply::Granted { lease, ttl } => Ok(Granted {
                 lease: LeaseId(lease),
@@ -350,6 +390,7 @@ impl EtcdApi for SimEtcd {
             stream,
             open: true,
         };
+        self.log.heal_sent();
         self.send(stream, open).await?;
         Ok((
             SimKeeper {

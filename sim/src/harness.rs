@@ -40,6 +40,12 @@ pub trait Wrap: Clone + Send + Sync + 'static {
     type Api: EtcdApi;
     /// Wraps one process's client.
     fn wrap(&self, etcd: SimEtcd) -> Self::Api;
+    /// The options a host really runs with, given the nominal ones (which
+    /// the checker derives its bounds from). Unchanged but in the
+    /// simulator's own tests, where a variant runs slower than configured.
+    fn host_options(&self, nominal: LivenessOptions) -> LivenessOptions {
+        nominal
+    }
 }
 
 /// No wrapping: the real driver on the simulated etcd.
@@ -197,7 +203,7 @@ pub(crate) struct World {
     etcd_ep: Endpoint,
     pub(crate) fleet: Shared,
     recorder: Recorder,
-    anomalies: Arc<std::sync::atomic::AtomicU64>,
+    log: crate::client::ClientLog,
 }
 
 impl World {
@@ -211,9 +217,7 @@ impl World {
 
     pub(crate) async fn client(&self, id: u64) -> Option<SimEtcd> {
         let server = SocketAddr::from((ETCD_IP, ETCD_PORT));
-        SimEtcd::connect(server, id, Arc::clone(&self.anomalies))
-            .await
-            .ok()
+        SimEtcd::connect(server, id, self.log.clone()).await.ok()
     }
 }
 
@@ -245,7 +249,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         etcd_ep,
         fleet: Arc::default(),
         recorder: Recorder::default(),
-        anomalies: Arc::default(),
+        log: crate::client::ClientLog::new(start),
     };
     for i in 0..WATCHERS {
         let w = world.clone();
@@ -317,7 +321,10 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
     let max_ttl = case.ttls.iter().copied().max().unwrap_or(2).max(2);
     sleep(Duration::from_secs(2 * max_ttl) + Duration::from_secs(10)).await;
     sampler.abort();
-    let anomalies = world.anomalies.load(std::sync::atomic::Ordering::Relaxed);
+    let anomalies = world
+        .log
+        .anomalies
+        .load(std::sync::atomic::Ordering::Relaxed);
     world.record(What::SimulatorAnomalies(anomalies));
     let (times, grants, changes) = {
         let st = lock(&world.etcd);
@@ -340,7 +347,15 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
             .collect();
         (
             st.revision_times.clone(),
-            st.grant_times.clone(),
+            (
+                st.grant_times.clone(),
+                world
+                    .log
+                    .heal_sends
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone(),
+            ),
             (changes, puts),
         )
     };
@@ -355,7 +370,9 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         world.record(What::ElectionLog(log));
         world.record(What::LeaseOwners(owners));
     }
+    let (grants, heal_requests) = grants;
     world.record(What::GrantTimes(grants));
+    world.record(What::HealRequests(heal_requests));
     world.record(What::KeyChanges(changes));
     let history = world.recorder.snapshot();
     // Tear the simulation down: the nodes' tasks and init closures hold the
@@ -397,7 +414,7 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
         extra: serde_json::Map::new(),
     };
     let process_seed = seed ^ client.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let opts = host_options(ttl, process_seed);
+    let opts = wrap.host_options(host_options(ttl, process_seed));
     let host = match HostLiveness::register(wrap.wrap(etcd), meta, opts).await {
         Ok(h) => h,
         Err(e) => {

@@ -123,6 +123,9 @@ pub enum What {
     RevisionTimes(Vec<(i64, u64)>),
     /// When each lease grant was served (virtual ms); recorded at the end.
     GrantTimes(Vec<u64>),
+    /// When each lease grant or keep-alive open was sent by a client
+    /// (virtual ms); recorded at the end.
+    HealRequests(Vec<u64>),
     /// Every change of a host key: (virtual ms, host index, revision,
     /// present after it); recorded at the end.
     KeyChanges(Vec<(u64, usize, i64, bool)>),

@@ -27,6 +27,8 @@ pub struct Summary {
     pub heal_ms: Vec<u64>,
     /// The same, by what cleared the path.
     pub heal_by_kind: BTreeMap<&'static str, Vec<u64>>,
+    /// Each heal as a share of its path's bound, per mille.
+    pub heal_permille_of_bound: Vec<u64>,
     /// The slowest heal: ms, seed, what cleared the path (to replay it).
     pub slowest_heal: Option<(u64, u64, &'static str)>,
     /// `stop` calls that etcd confirmed / could not confirm.
@@ -35,6 +37,8 @@ pub struct Summary {
     pub lag_ms: Vec<u64>,
     /// Per run: most grants in one second, % of the fleet.
     pub peak_grant_pct: Vec<u64>,
+    /// Densest herd per run, per mille (fleets of 100+ hosts).
+    pub herd_permille: Vec<u64>,
     /// Leader crash to successor leading, minus the TTL, ms.
     pub failover_ms: Vec<u64>,
     /// Resign to successor elected, ms.
@@ -66,8 +70,11 @@ impl Summary {
                 self.slowest_heal = Some((*ms, r.case.seed, kind));
             }
         }
+        self.heal_permille_of_bound
+            .extend(&r.verdict.heal_permille_of_bound);
         self.lag_ms.extend(&r.verdict.lag_ms);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
+        self.herd_permille.extend(r.verdict.herd_permille);
         self.failover_ms.extend(&r.verdict.failover_ms);
         self.handover_ms.extend(&r.verdict.handover_ms);
         if r.passed() {
@@ -133,6 +140,12 @@ impl Summary {
         let _ = writeln!(
             out,
             "{:<34} {:>14}",
+            "  ‰ of its path's bound p50/p99/max",
+            percentiles(&self.heal_permille_of_bound).replace(" ms", " ‰")
+        );
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
             "watcher lag p50/p99/max",
             percentiles(&self.lag_ms)
         );
@@ -154,6 +167,14 @@ impl Summary {
             "peak grants/s, % of fleet p50/p99/max",
             percentiles(&self.peak_grant_pct).replace(" ms", " %")
         );
+        if !self.herd_permille.is_empty() {
+            let _ = writeln!(
+                out,
+                "{:<34} {:>14}",
+                "herd: densest 10 ms, ‰ of a return p50/p99/max",
+                percentiles(&self.herd_permille).replace(" ms", " ‰")
+            );
+        }
         let _ = writeln!(
             out,
             "(detection, heal and failover are sampled every {} ms: detection = crash to key gone, heal = path to etcd clear to registered; watcher lag = etcd change to event, undisturbed watchers; failover = a leader's crash to a successor already queued leading, minus the crashed leader's TTL; handover = resign to the next leader elected)",

@@ -795,12 +795,25 @@ impl EtcdState {
 }
 
 /// Tells each stream's client that it broke.
+/// Tells every client of `streams` at once that its stream broke, as
+/// etcd's connections all drop together (one send after another would
+/// spread a fleet's reconnections over a millisecond per stream, hiding a
+/// herd).
 async fn broken(ep: &Endpoint, streams: Vec<((SocketAddr, u64), u64)>, why: &str) {
-    for ((addr, tag), seq) in streams {
-        let msg = StreamMessage {
-            seq,
-            body: StreamBody::Broken(why.into()),
-        };
-        let _ = ep.send_to_raw(addr, tag, Box::new(msg)).await;
+    let sends: Vec<_> = streams
+        .into_iter()
+        .map(|((addr, tag), seq)| {
+            let ep = ep.clone();
+            let msg = StreamMessage {
+                seq,
+                body: StreamBody::Broken(why.into()),
+            };
+            madsim::task::spawn(async move {
+                let _ = ep.send_to_raw(addr, tag, Box::new(msg)).await;
+            })
+        })
+        .collect();
+    for send in sends {
+        let _ = send.await;
     }
 }

@@ -543,3 +543,112 @@ fn a_watch_that_misreports_values_is_caught_by_the_record_checks() {
         "the checker missed watchers reporting values etcd never wrote"
     );
 }
+
+/// Every host of the fleet draws the same backoff jitter (one seed for
+/// all), as a fleet without jitter would: after a fleet-wide loss they
+/// retry in step.
+#[derive(Clone)]
+struct Unjittered;
+
+impl Wrap for Unjittered {
+    type Api = SimEtcd;
+    fn wrap(&self, etcd: SimEtcd) -> SimEtcd {
+        etcd
+    }
+    fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
+        coord::LivenessOptions {
+            seed: Some(7),
+            ..nominal
+        }
+    }
+}
+
+/// A herd is caught at 1,000 hosts: a fleet that draws no jitter of its
+/// own retries in step after a fleet-wide loss.
+#[test]
+fn a_fleet_without_jitter_is_caught_as_a_herd() {
+    let shape = Shape {
+        max_hosts: 1000,
+        ..Shape::default()
+    };
+    let seed = (1..=20).find(|seed| {
+        run_case_with(&Case::generate(*seed, shape), Unjittered)
+            .verdict
+            .violations
+            .iter()
+            .any(|v| v.invariant == Invariant::HerdSpread)
+    });
+    assert!(
+        seed.is_some(),
+        "the checker missed a fleet retrying in step"
+    );
+}
+
+/// One heal or detection path of every simulated process running twice as
+/// slow as configured. The checker's bounds stay derived from the
+/// configured options, as they would for a bug that slows the path.
+#[derive(Clone, Copy, Debug)]
+enum Slowed {
+    /// Every backoff delay and cut twice as long (initial, caps).
+    Backoff,
+    /// The prober probing half as often, and waiting twice as long for
+    /// an answer.
+    Probe,
+    /// Keep-alives half as often (a revoke noticed later).
+    Refresh,
+}
+
+impl Wrap for Slowed {
+    type Api = SimEtcd;
+    fn wrap(&self, etcd: SimEtcd) -> SimEtcd {
+        match self {
+            Slowed::Probe => {
+                let nominal = coord::ProbeConfig::default();
+                etcd.with_probe(coord::ProbeConfig {
+                    interval: nominal.interval * 2,
+                    request_timeout: nominal.request_timeout * 2,
+                })
+            }
+            Slowed::Backoff | Slowed::Refresh => etcd,
+        }
+    }
+    fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
+        match self {
+            Slowed::Backoff => coord::LivenessOptions {
+                backoff: coord::BackoffConfig {
+                    initial: nominal.backoff.initial * 2,
+                    cap: nominal.backoff.cap * 2,
+                    fast_cap: nominal.backoff.fast_cap * 2,
+                    ..nominal.backoff.clone()
+                },
+                ..nominal
+            },
+            Slowed::Refresh => coord::LivenessOptions {
+                refresh: Some(nominal.ttl * 2 / 3),
+                ..nominal
+            },
+            Slowed::Probe => nominal,
+        }
+    }
+}
+
+/// Each path run twice as slow fails a seed within 300, with the heal
+/// over its path's bound (or, for the keep-alive interval, a lease
+/// claimed after its revoke was due to be noticed). The hosts' request
+/// timeout bounds no heal: when etcd answers again, the prober gives up
+/// requests sent into the silence, so no host waits one out.
+#[test]
+fn every_heal_path_run_twice_as_slow_is_caught() {
+    for (slowed, invariants) in [
+        (Slowed::Backoff, &[Invariant::HealOnTime][..]),
+        (Slowed::Probe, &[Invariant::HealOnTime][..]),
+        (
+            Slowed::Refresh,
+            &[Invariant::HealOnTime, Invariant::LeaseMatches][..],
+        ),
+    ] {
+        let seed = first_catch_any(slowed, invariants, 300);
+        assert!(seed.is_some(), "{slowed:?} twice as slow went unnoticed");
+        println!("{slowed:?}: caught by seed {seed:?}");
+    }
+}

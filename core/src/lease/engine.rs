@@ -60,6 +60,17 @@ enum Step {
     Open { lease: Lease, stream: Stream },
 }
 
+/// How the first heal attempt after a loss is paced.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Pace {
+    /// As a new failure of this class: a delay drawn from the backoff.
+    Draw(FailureClass),
+    /// Already paced: the loss found a retry scheduled for this instant
+    /// (a failure whose delay was drawn), which the loss does not push
+    /// later.
+    Until(Instant),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Idle,
@@ -526,15 +537,19 @@ impl LeaseEngine {
     fn lose(&mut self, now: Instant, lease: Lease, reason: LostReason) {
         let class = match &reason {
             LostReason::StreamClosed(f) => f.class(),
-            LostReason::LeaseExpired => FailureClass::Fast,
+            LostReason::LeaseExpired => {
+                // etcd answered that the lease is gone: etcd works, whatever
+                // failed before, so the heal starts from the first attempt.
+                self.backoff.reset();
+                FailureClass::Fast
+            }
             LostReason::KeepAliveTimeout => FailureClass::Slow,
         };
-        self.lose_as(now, lease, reason, class);
+        self.lose_as(now, lease, reason, Pace::Draw(class));
     }
 
-    /// [`Self::lose`], pacing the first heal attempt as a failure of
-    /// `class`.
-    fn lose_as(&mut self, now: Instant, lease: Lease, reason: LostReason, class: FailureClass) {
+    /// [`Self::lose`], pacing the first heal attempt as `pace` says.
+    fn lose_as(&mut self, now: Instant, lease: Lease, reason: LostReason, pace: Pace) {
         let alive_maybe = !matches!(reason, LostReason::LeaseExpired);
         let next = match self.config.on_loss {
             OnLoss::Resume if alive_maybe => Next::Resume(lease),
@@ -553,7 +568,10 @@ impl LeaseEngine {
             lease: lease.id,
             reason,
         });
-        let next_at = now + self.backoff.next_delay(class);
+        let next_at = match pace {
+            Pace::Draw(class) => now + self.backoff.next_delay(class),
+            Pace::Until(at) => at.max(now),
+        };
         self.out.event(Event::Retrying(Retry {
             attempt: self.backoff.attempt(),
             next_at,

@@ -28,7 +28,7 @@ impl LeaseEngine {
     ) {
         match link {
             link if now >= link.expires_at() => {
-                let (reason, class) = match link {
+                let (reason, pace) = match link {
                     Link::Up(s) => {
                         self.out.cmd(Command::CloseKeepAlive { stream: s.op });
                         // Slow only if the stream proved etcd silent (a
@@ -43,14 +43,16 @@ impl LeaseEngine {
                         } else {
                             FailureClass::Fast
                         };
-                        (LostReason::KeepAliveTimeout, class)
+                        (LostReason::KeepAliveTimeout, Pace::Draw(class))
                     }
-                    Link::Down { failure, .. } => {
-                        let class = failure.class();
-                        (LostReason::StreamClosed(failure), class)
-                    }
+                    // The reopen that failed drew its delay already: the
+                    // deadline passing is no new failure, and does not push
+                    // the retry later.
+                    Link::Down {
+                        failure, retry_at, ..
+                    } => (LostReason::StreamClosed(failure), Pace::Until(retry_at)),
                 };
-                self.lose_as(now, lease, reason, class);
+                self.lose_as(now, lease, reason, pace);
             }
             Link::Up(stream)
                 if stream
