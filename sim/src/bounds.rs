@@ -35,20 +35,30 @@ pub enum HealPath {
     /// probe interval (or a probe's timeout), then the wait is cut to at
     /// most half the fast cap.
     Partition,
-    /// etcd answers again after leaving requests unanswered: a request
-    /// sent before may still be waited for (the request timeout), then the
-    /// prober's cut applies.
+    /// etcd answers again after leaving requests unanswered for at least a
+    /// request timeout: a request sent before may still be waited for
+    /// (the request timeout), then the prober's cut applies.
     Unanswered,
-    /// etcd came back wiped: refused at once while down (fast), or a host
-    /// learns at its next keep-alive that its lease is gone and, etcd
-    /// having answered, registers after a first-attempt backoff.
+    /// etcd answers again after leaving requests unanswered for less than
+    /// a request timeout: no probe need have gone out meanwhile (nothing
+    /// waited), so the prober may never have seen a silence; a request
+    /// that lost its reply times out and is retried after its own backoff,
+    /// up to the cap, as against a slow etcd.
+    UnansweredBlip,
+    /// etcd came back wiped: a host refused at once while it was down
+    /// (fast) retries within the fast cap or the prober's cut; one that
+    /// never saw the outage learns at its next keep-alive that its lease
+    /// is gone. Either then registers within a fast-failure wait: after a
+    /// first-attempt backoff (etcd answered "gone"), or, when its lease
+    /// ran out at its own deadline first, after up to the fast cap.
     Wiped,
     /// Every fault healed at once: any of the above, so the longest.
     GlobalHeal,
     /// The host's lease was revoked from outside: its next keep-alive
     /// (within one keep-alive interval) is answered "gone", then it
     /// registers again after a first-attempt backoff (etcd answered, so
-    /// earlier failures do not count).
+    /// earlier failures do not count). A keep-alive whose reply was lost
+    /// just before is waited for first (see the checker).
     Revoked,
 }
 
@@ -61,6 +71,7 @@ impl HealPath {
             HealPath::LeaderChange => "leader change",
             HealPath::Partition => "partition",
             HealPath::Unanswered => "unanswered requests",
+            HealPath::UnansweredBlip => "unanswered requests (blip)",
             HealPath::Wiped => "etcd wiped",
             HealPath::GlobalHeal => "global heal",
             HealPath::Revoked => "lease revoked outside",
@@ -106,7 +117,8 @@ impl Nominal {
             HealPath::LeaderChange => fast_cap.min(probe + cut),
             HealPath::Partition => probe + cut,
             HealPath::Unanswered | HealPath::GlobalHeal => request + cut,
-            HealPath::Wiped => fast_cap.min(probe + cut).max(refresh + initial),
+            HealPath::UnansweredBlip => request + ms(b.cap),
+            HealPath::Wiped => fast_cap.min(probe + cut).max(refresh) + fast_cap,
             HealPath::Revoked => refresh + initial,
         };
         wait + REGISTRATION_MS

@@ -33,7 +33,9 @@
 
 use std::time::Duration;
 
-use coord::LivenessStatus;
+use std::collections::{BTreeMap, BTreeSet};
+
+use coord::{LivenessEvent, LivenessStatus, LostReason, RevokeOutcome};
 
 use crate::bounds::{HealPath, Nominal};
 use crate::harness::{heal_bound, EXPIRY_SLACK};
@@ -73,6 +75,10 @@ pub enum Invariant {
     /// A watcher's event reported a record etcd never wrote, or a previous
     /// or last-seen record its own events never gave.
     WatcherRecords,
+    /// A host's event named a lease etcd never granted it, a TTL etcd did
+    /// not grant, a lease it did not hold, a resume that was not, or a
+    /// lease "expired" or "revoked" that etcd still had.
+    LivenessRecords,
     /// Two handles of one name believed they lead while both keys existed.
     OneLeader,
     /// A leader's belief outlived its key (beyond the bound).
@@ -215,6 +221,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     crashed_keys_expire(case, history, &samples, &mut v);
     no_ghost(case, history, &samples, &mut v);
     heal_latencies(case, history, &samples, &mut v);
+    liveness_records(history, &mut v);
     crate::watcher_checker::watchers(history, heal_at, stop_all_at, &mut v);
     if !case.contenders.is_empty() {
         crate::election_checker::check(case, history, &mut v);
@@ -343,6 +350,99 @@ fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u64) -> bool
                 _ => false,
             }
     })
+}
+
+/// Every field of every host event against etcd's lease log: a
+/// registration names a lease etcd granted to that very process, with the
+/// TTL etcd granted; an interruption or loss names the lease the host
+/// held; a resume is exactly a re-registration under the lease just lost;
+/// a loss because the lease expired, and a confirmed revoke on close, come
+/// after etcd really ended that lease.
+fn liveness_records(history: &History, v: &mut Verdict) {
+    let Some(log) = history.records.iter().find_map(|r| match &r.what {
+        What::LeaseLog(log) => Some(log),
+        _ => None,
+    }) else {
+        return;
+    };
+    // Per (host, incarnation): the lease held, the lease last lost.
+    let mut held: BTreeMap<(usize, u64), (Option<i64>, Option<i64>)> = BTreeMap::new();
+    let mut lagged: BTreeSet<usize> = BTreeSet::new();
+    for r in &history.records {
+        let (host, incarnation, event) = match &r.what {
+            What::Event {
+                host,
+                incarnation,
+                event,
+            } => (*host, *incarnation, event),
+            What::EventsLagged { host } => {
+                lagged.insert(*host);
+                continue;
+            }
+            _ => continue,
+        };
+        if lagged.contains(&host) {
+            continue;
+        }
+        let client = (u64::try_from(host).unwrap_or(0) << 32) | incarnation;
+        let (lease_held, last_lost) = held.entry((host, incarnation)).or_default();
+        let mine = |lease: i64| log.get(&lease).is_some_and(|l| l.client == client);
+        let ended_by = |lease: i64, at: u64| {
+            log.get(&lease)
+                .and_then(|l| l.ended_at)
+                .is_some_and(|e| e <= at)
+        };
+        let wrong = match event {
+            LivenessEvent::Registered { lease, ttl } => {
+                *lease_held = Some(lease.0);
+                let granted = log.get(&lease.0).map(|l| l.ttl_secs);
+                (!mine(lease.0) || granted != i64::try_from(ttl.as_secs()).ok())
+                    .then(|| format!("granted {granted:?} s"))
+            }
+            LivenessEvent::KeepAliveInterrupted { lease, .. } => {
+                (*lease_held != Some(lease.0)).then(|| format!("held {lease_held:?}"))
+            }
+            LivenessEvent::Lost { lease, reason } => {
+                let was = lease_held.take();
+                *last_lost = Some(lease.0);
+                if was != Some(lease.0) {
+                    Some(format!("held {was:?}"))
+                } else if matches!(reason, LostReason::LeaseExpired) && !ended_by(lease.0, r.at_ms)
+                {
+                    Some(format!("etcd still had it: {:?}", log.get(&lease.0)))
+                } else {
+                    None
+                }
+            }
+            LivenessEvent::Reregistered { lease, resumed } => {
+                *lease_held = Some(lease.0);
+                let is_resume = *last_lost == Some(lease.0);
+                (!mine(lease.0) || *resumed != is_resume).then(|| {
+                    format!(
+                        "last lost {last_lost:?}, granted to {:?}",
+                        log.get(&lease.0)
+                    )
+                })
+            }
+            LivenessEvent::Closed {
+                revoke: RevokeOutcome::Revoked(lease),
+            } => (!mine(lease.0) || !ended_by(lease.0, r.at_ms))
+                .then(|| format!("etcd: {:?}", log.get(&lease.0))),
+            LivenessEvent::Closed {
+                revoke: RevokeOutcome::NotConfirmed(lease),
+            } => (!mine(lease.0)).then(|| format!("etcd: {:?}", log.get(&lease.0))),
+            _ => None,
+        };
+        v.checks += 1;
+        if let Some(why) = wrong {
+            v.violate(
+                Invariant::LivenessRecords,
+                r.at_ms,
+                Some(host),
+                format!("{event:?} from incarnation {incarnation}: {why}"),
+            );
+        }
+    }
 }
 
 fn back_after_heal(
@@ -584,6 +684,16 @@ fn heal_latencies(
     v: &mut Verdict,
 ) {
     let nominal = Nominal::default();
+    let request_ms = ms(nominal.liveness.request_timeout);
+    // When etcd began answering again after leaving requests unanswered.
+    let drops: Vec<u64> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::DropReplies { ms }) => Some(r.at_ms + ms),
+            _ => None,
+        })
+        .collect();
     let n = samples.first().map_or(0, |(_, s)| s.len());
     let mut clears: Vec<(usize, u64, HealPath)> = Vec::new();
     for r in &history.records {
@@ -599,7 +709,12 @@ fn heal_latencies(
                 clears.extend(everyone(HealPath::LeaderChange, r.at_ms + unavailable_ms));
             }
             What::Fault(Fault::DropReplies { ms }) => {
-                clears.extend(everyone(HealPath::Unanswered, r.at_ms + ms));
+                let path = if ms < request_ms {
+                    HealPath::UnansweredBlip
+                } else {
+                    HealPath::Unanswered
+                };
+                clears.extend(everyone(path, r.at_ms + ms));
             }
             What::Fault(Fault::Wipe { down_ms, .. }) => {
                 clears.extend(everyone(HealPath::Wiped, r.at_ms + down_ms));
@@ -639,23 +754,25 @@ fn heal_latencies(
         .collect();
     // Each host's own faults (partition, pause, crash) as intervals: a
     // clear for everyone does not clear a host still cut off itself.
-    let mut own: Vec<(usize, u64, u64)> = Vec::new();
-    let mut open: Vec<(usize, u64, u8)> = Vec::new();
+    let mut own: Vec<(usize, u64, u64, HealPath)> = Vec::new();
+    let mut open: Vec<(usize, u64, HealPath)> = Vec::new();
     for r in &history.records {
         match r.what {
-            What::Fault(Fault::Partition { host, .. }) => open.push((host, r.at_ms, 0)),
-            What::Fault(Fault::Pause { host, .. }) => open.push((host, r.at_ms, 1)),
-            What::Fault(Fault::Crash { host, .. }) => open.push((host, r.at_ms, 2)),
+            What::Fault(Fault::Partition { host, .. }) => {
+                open.push((host, r.at_ms, HealPath::Partition));
+            }
+            What::Fault(Fault::Pause { host, .. }) => open.push((host, r.at_ms, HealPath::Pause)),
+            What::Fault(Fault::Crash { host, .. }) => open.push((host, r.at_ms, HealPath::Restart)),
             What::PartitionEnded { host } | What::Resumed { host } | What::Restarted { host } => {
                 let kind = match r.what {
-                    What::PartitionEnded { .. } => 0,
-                    What::Resumed { .. } => 1,
-                    _ => 2,
+                    What::PartitionEnded { .. } => HealPath::Partition,
+                    What::Resumed { .. } => HealPath::Pause,
+                    _ => HealPath::Restart,
                 };
                 open.retain(|(h, s, k)| {
                     let ends = *h == host && *k == kind;
                     if ends {
-                        own.push((*h, *s, r.at_ms));
+                        own.push((*h, *s, r.at_ms, kind));
                     }
                     !ends
                 });
@@ -663,12 +780,15 @@ fn heal_latencies(
             _ => {}
         }
     }
-    own.extend(open.iter().map(|(h, s, _)| (*h, *s, u64::MAX)));
+    own.extend(open.iter().map(|(h, s, k)| (*h, *s, u64::MAX, *k)));
     for (host, at, kind) in clears {
         if kind != HealPath::GlobalHeal && outages.iter().any(|(s, e)| *s < at && at < *e) {
             continue;
         }
-        if own.iter().any(|(h, s, e)| *h == host && *s < at && at < *e) {
+        if own
+            .iter()
+            .any(|(h, s, e, _)| *h == host && *s < at && at < *e)
+        {
             continue;
         }
         let Some((_, first)) = samples.iter().find(|(t, _)| *t >= at) else {
@@ -686,7 +806,25 @@ fn heal_latencies(
                 v.heal_ms.push(took);
                 v.heal_by_kind.push((kind.label(), took));
                 let ttl = case.ttls.get(host).copied().unwrap_or(2).max(2);
-                let bound = nominal.heal_ms(kind, ttl);
+                // A host whose own fault ended while etcd was out for
+                // everyone heals along the slower of the two paths.
+                let began = outages
+                    .iter()
+                    .filter(|(_, e)| *e == at)
+                    .map(|(s, _)| *s)
+                    .min()
+                    .unwrap_or(at);
+                let mut bound = own
+                    .iter()
+                    .filter(|(h, _, e, _)| *h == host && began <= *e && *e <= at)
+                    .map(|(_, _, _, k)| nominal.heal_ms(*k, ttl))
+                    .fold(nominal.heal_ms(kind, ttl), u64::max);
+                // Within a request timeout of etcd leaving requests
+                // unanswered, the host may still wait out a request whose
+                // reply was lost, whatever cleared since.
+                if drops.iter().any(|e| *e <= at && at < e + request_ms) {
+                    bound = bound.max(nominal.heal_ms(HealPath::UnansweredBlip, ttl));
+                }
                 v.heal_permille_of_bound.push(took * 1000 / bound.max(1));
                 v.checks += 1;
                 if took > bound {

@@ -525,7 +525,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) -> Option<bool> {
             let Some(kv) = queued(&st, name, 0) else {
                 return Some(false);
             };
-            if kv.lease == 0 || st.model.revoke(kv.lease).is_err() {
+            if kv.lease == 0 || st.revoke_lease(now, kv.lease).is_err() {
                 return Some(false);
             }
             st.after_change(now);

@@ -371,6 +371,8 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         world.record(What::LeaseOwners(owners));
     }
     let (grants, heal_requests) = grants;
+    let lease_log = lock(&world.etcd).lease_log.clone();
+    world.record(What::LeaseLog(lease_log));
     world.record(What::GrantTimes(grants));
     world.record(What::HealRequests(heal_requests));
     world.record(What::KeyChanges(changes));
@@ -432,7 +434,9 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
             biased;
             ev = events.recv() => match ev {
                 Ok(event) => w.record(What::Event { host: i, incarnation, event }),
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    w.record(What::EventsLagged { host: i });
+                }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
             res = stop.wait_for(|s| *s) => {
@@ -707,7 +711,7 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
         Fault::RevokeLease { host } => {
             let mut st = lock(&w.etcd);
             let lease = st.model.get(host_key(host).as_bytes()).map(|kv| kv.lease);
-            let revoked = matches!(lease, Some(l) if l != 0 && st.model.revoke(l).is_ok());
+            let revoked = matches!(lease, Some(l) if l != 0 && st.revoke_lease(now, l).is_ok());
             st.after_change(now);
             revoked
         }

@@ -68,6 +68,12 @@ pub enum What {
         /// The event.
         event: LivenessEvent,
     },
+    /// A host's event subscription lagged: some of its events were lost to
+    /// the recorder.
+    EventsLagged {
+        /// Host index.
+        host: usize,
+    },
     /// The harness asked every host to stop.
     StopAll,
     /// `stop()` returned.
@@ -174,6 +180,8 @@ pub enum What {
     ElectionLog(Vec<LogEntry>),
     /// Which client each lease was granted to; recorded at the end.
     LeaseOwners(std::collections::BTreeMap<i64, u64>),
+    /// Every lease etcd granted, by id; recorded at the end.
+    LeaseLog(std::collections::BTreeMap<i64, LeaseLife>),
     /// A watcher process's observer of an election reported a leader.
     Observed {
         /// Watcher index.
@@ -448,4 +456,17 @@ impl Recorder {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+}
+
+/// One lease's life in etcd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseLife {
+    /// The client (process incarnation) it was granted to.
+    pub client: u64,
+    /// The TTL granted, seconds.
+    pub ttl_secs: i64,
+    /// When it was granted, virtual ms.
+    pub granted_at: u64,
+    /// When it was revoked, expired or wiped, virtual ms.
+    pub ended_at: Option<u64>,
 }

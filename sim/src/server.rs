@@ -58,6 +58,8 @@ pub struct EtcdState {
     pub cluster: u64,
     /// Which client each lease was granted to.
     pub lease_owners: BTreeMap<i64, u64>,
+    /// Every lease granted: to whom, with what TTL, when it ended.
+    pub lease_log: BTreeMap<i64, crate::history::LeaseLife>,
     /// A member behind the others answering serializable reads, while on.
     pub stale_reads: Option<StaleReads>,
 }
@@ -98,6 +100,21 @@ pub struct WatchEntry {
 }
 
 impl EtcdState {
+    /// Revokes `lease` (a client's request or an outside revoke), logging
+    /// its end.
+    pub fn revoke_lease(&mut self, now: u64, lease: i64) -> Result<(), ModelError> {
+        self.model.revoke(lease)?;
+        self.lease_ended(now, lease);
+        Ok(())
+    }
+
+    /// Logs that `lease` no longer exists in etcd (its first end only).
+    pub fn lease_ended(&mut self, now: u64, lease: i64) {
+        if let Some(life) = self.lease_log.get_mut(&lease) {
+            life.ended_at.get_or_insert(now);
+        }
+    }
+
     /// Call after anything that may have changed the model: records when
     /// new revisions were made and wakes the watch flusher.
     pub fn after_change(&mut self, now: u64) {
@@ -174,6 +191,7 @@ pub fn new_state() -> SharedEtcd {
         host_puts: Vec::new(),
         other_changes: Vec::new(),
         lease_owners: BTreeMap::new(),
+        lease_log: BTreeMap::new(),
         cluster: FIRST_CLUSTER,
         stale_reads: None,
     }))
@@ -625,9 +643,18 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
             st.grant_times.push(now);
             let (lease, ttl) = st.model.grant(now, *ttl);
             st.lease_owners.insert(lease, client);
+            st.lease_log.insert(
+                lease,
+                crate::history::LeaseLife {
+                    client,
+                    ttl_secs: ttl,
+                    granted_at: now,
+                    ended_at: None,
+                },
+            );
             Answer::Unary(Reply::Granted { lease, ttl })
         }
-        Request::Revoke { lease } => Answer::Unary(match st.model.revoke(*lease) {
+        Request::Revoke { lease } => Answer::Unary(match st.revoke_lease(now, *lease) {
             Ok(()) => Reply::Done,
             Err(e) => failed(e),
         }),
@@ -669,7 +696,9 @@ pub async fn lessor(state: SharedEtcd, start: madsim::time::Instant) {
         let now = now_ms(start);
         let mut st = lock(&state);
         if now >= st.unavailable_until {
-            st.model.expire(now);
+            for lease in st.model.expire(now) {
+                st.lease_ended(now, lease);
+            }
             st.after_change(now);
         }
     }
@@ -710,6 +739,9 @@ pub async fn wipe(
         let mut st = lock(&state);
         st.outage(now, window);
         let prefix = coord::DEFAULT_PREFIX.as_bytes();
+        for lease in st.model.leases() {
+            st.lease_ended(now, lease);
+        }
         for kv in st.model.wipe() {
             if kv.key.starts_with(prefix) {
                 st.key_changes.push((now, kv.key.clone(), 1, false));

@@ -652,3 +652,56 @@ fn every_heal_path_run_twice_as_slow_is_caught() {
         println!("{slowed:?}: caught by seed {seed:?}");
     }
 }
+
+/// Reports every grant's TTL a second longer than etcd granted (as a
+/// client mis-decoding the reply might): hosts register with a TTL etcd
+/// never gave.
+#[derive(Clone)]
+struct LongerTtl;
+#[derive(Clone)]
+struct LongerTtlApi(SimEtcd);
+
+impl Wrap for LongerTtl {
+    type Api = LongerTtlApi;
+    fn wrap(&self, etcd: SimEtcd) -> LongerTtlApi {
+        LongerTtlApi(etcd)
+    }
+}
+
+impl Inner for LongerTtlApi {
+    fn inner(&self) -> &SimEtcd {
+        &self.0
+    }
+}
+
+impl EtcdApi for LongerTtlApi {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = SimWatchEvents;
+    delegate!(revoke);
+    delegate!(keep_alive);
+    delegate!(watch);
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        let granted = self.0.lease_grant(ttl_secs).await?;
+        Ok(Granted {
+            ttl_secs: granted.ttl_secs + 1,
+            ..granted
+        })
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        self.0.txn(txn).await
+    }
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        self.0.range(request).await
+    }
+}
+
+#[test]
+fn a_grant_misreporting_its_ttl_is_caught_by_the_record_checks() {
+    let seed = first_catch(LongerTtl, Invariant::LivenessRecords, 5);
+    assert!(
+        seed.is_some(),
+        "the checker missed a TTL etcd never granted"
+    );
+}
