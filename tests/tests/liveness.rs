@@ -348,7 +348,10 @@ async fn one_member_stalled_longer_than_the_ttl_is_not_a_lost_registration() {
         // As `coord::connect` opens it: re-dialled when etcd goes silent,
         // so a stalled member is left without fast HTTP/2 pings.
         let client = etcd.coord_client().await;
-        let host = HostLiveness::register(client, meta(&format!("h-stall-{i}")), opts(3))
+        // TTL 5: the move to another member (a keep-alive unanswered for
+        // the 1 s request timeout, a re-dial, a reopen) has over 2 s to
+        // spare before the deadline, even on a loaded machine.
+        let host = HostLiveness::register(client, meta(&format!("h-stall-{i}")), opts(5))
             .await
             .expect("register");
         let lease = host.lease_id().expect("lease");
@@ -360,7 +363,8 @@ async fn one_member_stalled_longer_than_the_ttl_is_not_a_lost_registration() {
         .await;
     let follower = (leader + 1) % 3;
     etcd.pause(follower);
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Longer than the TTL: a host left on the stalled member would lose.
+    tokio::time::sleep(Duration::from_secs(8)).await;
     etcd.resume(follower);
     let survivors = etcd.client_to(&etcd.endpoints_except(follower)).await;
     for (i, (host, lease, events)) in hosts.iter_mut().enumerate() {
