@@ -644,6 +644,21 @@ fn no_ghost(case: &Case, history: &History, samples: &[(u64, &Vec<HostSample>)],
     }
 }
 
+/// Every outage of etcd for the whole fleet (a leader change, unanswered
+/// requests, a wipe) as (start, end), virtual ms.
+fn fleet_outages(history: &History) -> Vec<(u64, u64)> {
+    history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::LeaderChange { unavailable_ms: d })
+            | What::Fault(Fault::DropReplies { ms: d })
+            | What::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Leader-change windows (start, end): etcd expires nothing without a
 /// leader and restarts every TTL at the window's end.
 pub(crate) fn leader_windows(history: &History) -> Vec<(u64, u64)> {
@@ -742,16 +757,7 @@ fn heal_latencies(
         })
     };
     // An outage still on at a clear (another fault's) is not cleared.
-    let outages: Vec<(u64, u64)> = history
-        .records
-        .iter()
-        .filter_map(|r| match r.what {
-            What::Fault(Fault::LeaderChange { unavailable_ms: d })
-            | What::Fault(Fault::DropReplies { ms: d })
-            | What::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
-            _ => None,
-        })
-        .collect();
+    let outages = fleet_outages(history);
     // Each host's own faults (partition, pause, crash) as intervals: a
     // clear for everyone does not clear a host still cut off itself.
     let mut own: Vec<(usize, u64, u64, HealPath)> = Vec::new();
@@ -900,17 +906,7 @@ fn herd_share(history: &History, fleet: usize) -> Option<(u64, u64)> {
         What::HealRequests(t) => Some(t),
         _ => None,
     })?;
-    // Fleet-wide outages: (start, end).
-    let outages: Vec<(u64, u64)> = history
-        .records
-        .iter()
-        .filter_map(|r| match r.what {
-            What::Fault(Fault::LeaderChange { unavailable_ms: d })
-            | What::Fault(Fault::DropReplies { ms: d })
-            | What::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
-            _ => None,
-        })
-        .collect();
+    let outages = fleet_outages(history);
     outages
         .iter()
         .filter_map(|(_, at)| {
