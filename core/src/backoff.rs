@@ -291,4 +291,47 @@ mod tests {
             assert_eq!(c.validate(), want, "fast_cap {fast_cap:?}");
         }
     }
+
+    /// Each range is closed at both ends: the limits themselves pass, one
+    /// step beyond fails (cargo-mutants found `<` and `<=` alike here).
+    #[test]
+    fn validation_accepts_its_limits_and_nothing_beyond() {
+        let ms = Duration::from_millis;
+        for (initial, ok) in [(Duration::from_micros(999), false), (ms(1), true)] {
+            let c = BackoffConfig {
+                initial,
+                cap: ms(1000),
+                ..Default::default()
+            };
+            let want = if ok {
+                Ok(())
+            } else {
+                Err(BackoffConfigError::InitialTooSmall(initial))
+            };
+            assert_eq!(c.validate(), want, "initial {initial:?}");
+        }
+        for (cap, ok) in [
+            (ms(99), false),
+            (ms(100), true),
+            (Duration::from_secs(3600), true),
+            (Duration::from_secs(3600) + ms(1), false),
+        ] {
+            let c = BackoffConfig {
+                initial: ms(100),
+                cap,
+                ..Default::default()
+            };
+            let want = if ok {
+                Ok(())
+            } else {
+                Err(BackoffConfigError::CapOutOfRange(cap))
+            };
+            assert_eq!(c.validate(), want, "cap {cap:?}");
+        }
+        let one = BackoffConfig {
+            multiplier: 1,
+            ..Default::default()
+        };
+        assert_eq!(one.validate(), Ok(()));
+    }
 }
