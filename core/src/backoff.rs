@@ -273,65 +273,57 @@ mod tests {
             c.validate(),
             Err(BackoffConfigError::CapOutOfRange(_))
         ));
-        for (fast_cap, ok) in [
-            (Duration::ZERO, false),
-            (Duration::from_millis(1), true),
-            (Duration::from_secs(3600), true),
-            (Duration::from_secs(3601), false),
-        ] {
-            let c = BackoffConfig {
-                fast_cap,
-                ..Default::default()
-            };
-            let want = if ok {
-                Ok(())
-            } else {
-                Err(BackoffConfigError::FastCapOutOfRange(fast_cap))
-            };
-            assert_eq!(c.validate(), want, "fast_cap {fast_cap:?}");
-        }
     }
 
     /// Each range is closed at both ends: the limits themselves pass, one
     /// step beyond fails (cargo-mutants found `<` and `<=` alike here).
     #[test]
     fn validation_accepts_its_limits_and_nothing_beyond() {
+        use BackoffConfigError::{CapOutOfRange, FastCapOutOfRange, InitialTooSmall};
         let ms = Duration::from_millis;
-        for (initial, ok) in [(Duration::from_micros(999), false), (ms(1), true)] {
-            let c = BackoffConfig {
-                initial,
-                cap: ms(1000),
-                ..Default::default()
-            };
-            let want = if ok {
-                Ok(())
-            } else {
-                Err(BackoffConfigError::InitialTooSmall(initial))
-            };
-            assert_eq!(c.validate(), want, "initial {initial:?}");
-        }
-        for (cap, ok) in [
-            (ms(99), false),
-            (ms(100), true),
-            (Duration::from_secs(3600), true),
-            (Duration::from_secs(3600) + ms(1), false),
-        ] {
-            let c = BackoffConfig {
-                initial: ms(100),
-                cap,
-                ..Default::default()
-            };
-            let want = if ok {
-                Ok(())
-            } else {
-                Err(BackoffConfigError::CapOutOfRange(cap))
-            };
-            assert_eq!(c.validate(), want, "cap {cap:?}");
-        }
-        let one = BackoffConfig {
-            multiplier: 1,
+        let hour = Duration::from_secs(3600);
+        let initial = |initial| BackoffConfig {
+            initial,
+            cap: ms(1000),
             ..Default::default()
         };
-        assert_eq!(one.validate(), Ok(()));
+        let cap = |cap| BackoffConfig {
+            initial: ms(100),
+            cap,
+            ..Default::default()
+        };
+        let fast_cap = |fast_cap| BackoffConfig {
+            fast_cap,
+            ..Default::default()
+        };
+        let us999 = Duration::from_micros(999);
+        let cases = [
+            (initial(us999), Err(InitialTooSmall(us999))),
+            (initial(ms(1)), Ok(())),
+            (cap(ms(99)), Err(CapOutOfRange(ms(99)))),
+            (cap(ms(100)), Ok(())),
+            (cap(hour), Ok(())),
+            (cap(hour + ms(1)), Err(CapOutOfRange(hour + ms(1)))),
+            (
+                fast_cap(Duration::ZERO),
+                Err(FastCapOutOfRange(Duration::ZERO)),
+            ),
+            (fast_cap(ms(1)), Ok(())),
+            (fast_cap(hour), Ok(())),
+            (
+                fast_cap(Duration::from_secs(3601)),
+                Err(FastCapOutOfRange(Duration::from_secs(3601))),
+            ),
+            (
+                BackoffConfig {
+                    multiplier: 1,
+                    ..Default::default()
+                },
+                Ok(()),
+            ),
+        ];
+        for (c, want) in cases {
+            assert_eq!(c.validate(), want, "{c:?}");
+        }
     }
 }

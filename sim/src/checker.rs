@@ -229,7 +229,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     // Only fleets large enough for a herd to mean something.
     if case.ttls.len() >= 5 {
         let fleet = u64::try_from(case.ttls.len()).unwrap_or(1);
-        v.peak_grant_pct = peak_grants(history, 1000).map(|peak| peak * 100 / fleet);
+        v.peak_grant_pct = peak_grants(history).map(|peak| peak * 100 / fleet);
         if case.ttls.len() >= HERD_FLEET {
             herd(history, case.ttls.len(), &mut v);
         }
@@ -849,14 +849,14 @@ fn heal_latencies(
     }
 }
 
-/// Most grants served within any `window_ms`, after the fleet's first
+/// Most grants served within any one second, after the fleet's first
 /// second (when every host registers for the first time).
-fn peak_grants(history: &History, window_ms: u64) -> Option<u64> {
+fn peak_grants(history: &History) -> Option<u64> {
     let times = history.records.iter().find_map(|r| match &r.what {
         What::GrantTimes(t) => Some(t),
         _ => None,
     })?;
-    peak_in(times, window_ms)
+    peak_in(times, 1000)
 }
 
 /// How long after etcd answers again its returning fleet is watched for a
@@ -877,7 +877,7 @@ pub const HERD_BOUND_PERMILLE: u64 = 300;
 
 /// Checks each return of a large fleet for a herd (see [`herd_share`]).
 fn herd(history: &History, fleet: usize, v: &mut Verdict) {
-    let Some((at, share)) = herd_share(history, fleet) else {
+    let Some((share, at)) = herd_share(history, fleet) else {
         return;
     };
     v.herd_permille = Some(share);
@@ -900,7 +900,8 @@ fn herd(history: &History, fleet: usize, v: &mut Verdict) {
 /// opens (as sent, before etcd's queueing spreads them) in the
 /// [`RETURN_WINDOW_MS`] after it, the share of those requests sent in its
 /// busiest [`HERD_WINDOW_MS`], per mille.
-/// The largest such share of the run, with its return's time.
+/// The largest such share of the run, with its return's time: (share,
+/// at).
 fn herd_share(history: &History, fleet: usize) -> Option<(u64, u64)> {
     let times = history.records.iter().find_map(|r| match &r.what {
         What::HealRequests(t) => Some(t),
@@ -933,7 +934,6 @@ fn herd_share(history: &History, fleet: usize) -> Option<(u64, u64)> {
             peak_in(&after, HERD_WINDOW_MS).map(|peak| (peak * 1000 / total, *at))
         })
         .max()
-        .map(|(share, at)| (at, share))
 }
 
 /// Most of `times` (sorted, virtual ms) within any `window_ms`, ignoring

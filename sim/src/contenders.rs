@@ -396,9 +396,9 @@ pub(crate) fn sample(w: &World, st: &EtcdState) -> Vec<ContenderSample> {
             };
             let me = client_id(c, slot.incarnation);
             let leases = st
-                .lease_owners
+                .lease_log
                 .iter()
-                .filter(|(l, owner)| **owner == me && live.contains(l))
+                .filter(|(l, life)| life.client == me && live.contains(l))
                 .map(|(l, _)| *l)
                 .collect();
             let session_lease = match slot.proc.condition {

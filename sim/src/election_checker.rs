@@ -135,7 +135,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
         .records
         .iter()
         .find_map(|r| match &r.what {
-            What::LeaseOwners(o) => Some(o.clone()),
+            What::LeaseLog(log) => Some(log.iter().map(|(l, life)| (*l, life.client)).collect()),
             _ => None,
         })
         .unwrap_or_default();

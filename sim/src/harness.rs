@@ -326,7 +326,7 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
         .anomalies
         .load(std::sync::atomic::Ordering::Relaxed);
     world.record(What::SimulatorAnomalies(anomalies));
-    let (times, grants, changes) = {
+    let (times, grants, changes, puts, lease_log) = {
         let st = lock(&world.etcd);
         let prefix = coord::DEFAULT_PREFIX.as_bytes();
         let changes = st
@@ -347,31 +347,24 @@ pub async fn run<W: Wrap>(case: &Case, wrap: W) -> History {
             .collect();
         (
             st.revision_times.clone(),
-            (
-                st.grant_times.clone(),
-                world
-                    .log
-                    .heal_sends
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone(),
-            ),
-            (changes, puts),
+            st.grant_times.clone(),
+            changes,
+            puts,
+            st.lease_log.clone(),
         )
     };
-    let (changes, puts) = changes;
+    let heal_requests = world
+        .log
+        .heal_sends
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     world.record(What::HostPuts(puts));
     world.record(What::RevisionTimes(times));
     if !case.contenders.is_empty() {
-        let (log, owners) = {
-            let st = lock(&world.etcd);
-            (st.other_changes.clone(), st.lease_owners.clone())
-        };
+        let log = lock(&world.etcd).other_changes.clone();
         world.record(What::ElectionLog(log));
-        world.record(What::LeaseOwners(owners));
     }
-    let (grants, heal_requests) = grants;
-    let lease_log = lock(&world.etcd).lease_log.clone();
     world.record(What::LeaseLog(lease_log));
     world.record(What::GrantTimes(grants));
     world.record(What::HealRequests(heal_requests));

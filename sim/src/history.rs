@@ -178,8 +178,6 @@ pub enum What {
     /// Every change of a key outside the hosts' prefix (election queues,
     /// fenced resources); recorded at the end.
     ElectionLog(Vec<LogEntry>),
-    /// Which client each lease was granted to; recorded at the end.
-    LeaseOwners(std::collections::BTreeMap<i64, u64>),
     /// Every lease etcd granted, by id; recorded at the end.
     LeaseLog(std::collections::BTreeMap<i64, LeaseLife>),
     /// A watcher process's observer of an election reported a leader.

@@ -279,7 +279,8 @@ pub fn timeline(r: &CaseResult) -> String {
             | What::RevisionTimes(_)
             | What::ContenderSample(_)
             | What::ElectionLog(_)
-            | What::LeaseOwners(_) => {}
+            | What::LeaseLog(_)
+            | What::HealRequests(_) => {}
             What::Observed {
                 watcher,
                 name,

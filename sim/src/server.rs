@@ -56,8 +56,6 @@ pub struct EtcdState {
     pub other_changes: Vec<crate::history::LogEntry>,
     /// The cluster id response headers carry.
     pub cluster: u64,
-    /// Which client each lease was granted to.
-    pub lease_owners: BTreeMap<i64, u64>,
     /// Every lease granted: to whom, with what TTL, when it ended.
     pub lease_log: BTreeMap<i64, crate::history::LeaseLife>,
     /// A member behind the others answering serializable reads, while on.
@@ -190,7 +188,6 @@ pub fn new_state() -> SharedEtcd {
         key_changes: Vec::new(),
         host_puts: Vec::new(),
         other_changes: Vec::new(),
-        lease_owners: BTreeMap::new(),
         lease_log: BTreeMap::new(),
         cluster: FIRST_CLUSTER,
         stale_reads: None,
@@ -642,7 +639,6 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
         Request::Grant { ttl } => {
             st.grant_times.push(now);
             let (lease, ttl) = st.model.grant(now, *ttl);
-            st.lease_owners.insert(lease, client);
             st.lease_log.insert(
                 lease,
                 crate::history::LeaseLife {

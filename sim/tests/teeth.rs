@@ -20,12 +20,23 @@ use coord_sim::schedule::{Case, Shape};
 /// Runs seeds 1..=max with `wrap`; returns the first seed whose verdict
 /// has a violation of `invariant`.
 fn first_catch<W: Wrap>(wrap: W, invariant: Invariant, max: u64) -> Option<u64> {
+    first_catch_any(wrap, &[invariant], max)
+}
+
+/// Runs seeds 1..=max of `shape` with `wrap`; the first seed with a
+/// violation of any of `invariants`.
+fn first_catch_in<W: Wrap>(
+    wrap: W,
+    invariants: &[Invariant],
+    max: u64,
+    shape: Shape,
+) -> Option<u64> {
     (1..=max).find(|seed| {
-        let r = run_case_with(&Case::generate(*seed, Shape::default()), wrap.clone());
+        let r = run_case_with(&Case::generate(*seed, shape), wrap.clone());
         r.verdict
             .violations
             .iter()
-            .any(|v| v.invariant == invariant)
+            .any(|v| invariants.contains(&v.invariant))
     })
 }
 
@@ -73,24 +84,32 @@ macro_rules! delegate {
     };
 }
 
-/// Claims every revoke succeeded without sending it: stop leaves the key.
-#[derive(Clone)]
-struct SwallowRevoke;
-#[derive(Clone)]
-struct SwallowRevokeApi(SimEtcd);
+/// A broken variant `$wrap` whose API `$api` wraps the simulated client;
+/// the variant's own `EtcdApi` impl says what it breaks.
+macro_rules! newtype_wrapper {
+    ($wrap:ident, $api:ident) => {
+        #[derive(Clone)]
+        struct $wrap;
+        #[derive(Clone)]
+        struct $api(SimEtcd);
 
-impl Wrap for SwallowRevoke {
-    type Api = SwallowRevokeApi;
-    fn wrap(&self, etcd: SimEtcd) -> SwallowRevokeApi {
-        SwallowRevokeApi(etcd)
-    }
+        impl Wrap for $wrap {
+            type Api = $api;
+            fn wrap(&self, etcd: SimEtcd) -> $api {
+                $api(etcd)
+            }
+        }
+
+        impl Inner for $api {
+            fn inner(&self) -> &SimEtcd {
+                &self.0
+            }
+        }
+    };
 }
 
-impl Inner for SwallowRevokeApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
-    }
-}
+// Claims every revoke succeeded without sending it: stop leaves the key.
+newtype_wrapper!(SwallowRevoke, SwallowRevokeApi);
 
 impl EtcdApi for SwallowRevokeApi {
     type Keeper = SimKeeper;
@@ -111,22 +130,12 @@ fn a_swallowed_revoke_on_stop_is_caught_as_a_ghost() {
     assert!(seed.is_some(), "the checker missed keys left after stop");
 }
 
-/// Answers a dead lease's keep-alive with the last live TTL (as a client
-/// caching TTLs might), so the host never learns its lease is gone.
-#[derive(Clone)]
-struct StaleTtl;
-#[derive(Clone)]
-struct StaleTtlApi(SimEtcd);
+// Answers a dead lease's keep-alive with the last live TTL (as a client
+// caching TTLs might), so the host never learns its lease is gone.
+newtype_wrapper!(StaleTtl, StaleTtlApi);
 struct StaleReplies {
     inner: SimReplies,
     last: i64,
-}
-
-impl Wrap for StaleTtl {
-    type Api = StaleTtlApi;
-    fn wrap(&self, etcd: SimEtcd) -> StaleTtlApi {
-        StaleTtlApi(etcd)
-    }
 }
 
 impl KeepAliveReplies for StaleReplies {
@@ -139,12 +148,6 @@ impl KeepAliveReplies for StaleReplies {
             }
             other => other,
         }
-    }
-}
-
-impl Inner for StaleTtlApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
     }
 }
 
@@ -359,13 +362,7 @@ fn a_watch_that_drops_deletes_is_caught_as_an_incomplete_watcher() {
 /// Runs seeds 1..=max with `wrap`; the first seed with a violation of any
 /// of `invariants`.
 fn first_catch_any<W: Wrap>(wrap: W, invariants: &[Invariant], max: u64) -> Option<u64> {
-    (1..=max).find(|seed| {
-        let r = run_case_with(&Case::generate(*seed, Shape::default()), wrap.clone());
-        r.verdict
-            .violations
-            .iter()
-            .any(|v| invariants.contains(&v.invariant))
-    })
+    first_catch_in(wrap, invariants, max, Shape::default())
 }
 
 /// A wrapper whose only change is what it does to transactions or to
@@ -378,23 +375,7 @@ macro_rules! unary_wrapper {
         unary_wrapper!(@ $wrap, $api, |txn| txn, |$request| $body);
     };
     (@ $wrap:ident, $api:ident, |$txn:ident| $txn_body:expr, |$request:ident| $range_body:expr) => {
-        #[derive(Clone)]
-        struct $wrap;
-        #[derive(Clone)]
-        struct $api(SimEtcd);
-
-        impl Wrap for $wrap {
-            type Api = $api;
-            fn wrap(&self, etcd: SimEtcd) -> $api {
-                $api(etcd)
-            }
-        }
-
-        impl Inner for $api {
-            fn inner(&self) -> &SimEtcd {
-                &self.0
-            }
-        }
+        newtype_wrapper!($wrap, $api);
 
         impl EtcdApi for $api {
             type Keeper = SimKeeper;
@@ -571,13 +552,7 @@ fn a_fleet_without_jitter_is_caught_as_a_herd() {
         max_hosts: 1000,
         ..Shape::default()
     };
-    let seed = (1..=20).find(|seed| {
-        run_case_with(&Case::generate(*seed, shape), Unjittered)
-            .verdict
-            .violations
-            .iter()
-            .any(|v| v.invariant == Invariant::HerdSpread)
-    });
+    let seed = first_catch_in(Unjittered, &[Invariant::HerdSpread], 20, shape);
     assert!(
         seed.is_some(),
         "the checker missed a fleet retrying in step"
@@ -653,26 +628,10 @@ fn every_heal_path_run_twice_as_slow_is_caught() {
     }
 }
 
-/// Reports every grant's TTL a second longer than etcd granted (as a
-/// client mis-decoding the reply might): hosts register with a TTL etcd
-/// never gave.
-#[derive(Clone)]
-struct LongerTtl;
-#[derive(Clone)]
-struct LongerTtlApi(SimEtcd);
-
-impl Wrap for LongerTtl {
-    type Api = LongerTtlApi;
-    fn wrap(&self, etcd: SimEtcd) -> LongerTtlApi {
-        LongerTtlApi(etcd)
-    }
-}
-
-impl Inner for LongerTtlApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
-    }
-}
+// Reports every grant's TTL a second longer than etcd granted (as a
+// client mis-decoding the reply might): hosts register with a TTL etcd
+// never gave.
+newtype_wrapper!(LongerTtl, LongerTtlApi);
 
 impl EtcdApi for LongerTtlApi {
     type Keeper = SimKeeper;
