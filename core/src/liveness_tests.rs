@@ -518,6 +518,65 @@ fn a_lease_found_gone_after_refusals_heals_from_the_first_attempt() {
     assert!((50..=100).contains(&wait), "waits {wait} ms");
 }
 
+/// Seed 7146099: refused resumes grow the delay; the resume then finds the
+/// lease gone and grants at once; the new lease expires before it is
+/// attached (a GC pause); the attach answered "lease not found" is an
+/// answer from etcd, so the retry waits a first attempt's delay, not the
+/// fast cap.
+#[test]
+fn a_lease_gone_before_its_attach_retries_from_the_first_attempt() {
+    let mut m = registered(StartPolicy::FailFast);
+    lose_by_silence(&mut m);
+    let _ = drain(&mut m);
+    // Four resumes refused in a row: the ceiling grows.
+    for _ in 0..4 {
+        let now = fire(&mut m);
+        let out = drain(&mut m);
+        let Some(Output::Command(Command::OpenKeepAlive { op, .. })) = out.first() else {
+            panic!("{out:?}")
+        };
+        closed(
+            &mut m,
+            now + 1,
+            op.0,
+            Failure::Unavailable("no leader".into()),
+        );
+        let _ = drain(&mut m);
+    }
+    // The next resume is told the lease is gone, and grants at once.
+    let now = fire(&mut m);
+    let out = drain(&mut m);
+    let Some(Output::Command(Command::OpenKeepAlive { op, .. })) = out.first() else {
+        panic!("{out:?}")
+    };
+    closed(&mut m, now + 1, op.0, Failure::LeaseNotFound);
+    let out = drain(&mut m);
+    let Some(Output::Command(Command::Grant { op, .. })) = out.last() else {
+        panic!("{out:?}")
+    };
+    ok(&mut m, now + 2, op.0, granted(LeaseId(77)));
+    let out = drain(&mut m);
+    let Some(Output::Command(Command::Txn { op, .. })) = out.first() else {
+        panic!("{out:?}")
+    };
+    // The new lease expired before its put (the process was paused).
+    let at = now + 9_000;
+    m.handle(t(at), completed(*op, Outcome::Err(Failure::LeaseNotFound)))
+        .unwrap();
+    let out = drain(&mut m);
+    let Some(Output::Event(Event::Retrying(Retry {
+        attempt, next_at, ..
+    }))) = out
+        .iter()
+        .find(|o| matches!(o, Output::Event(Event::Retrying(_))))
+    else {
+        panic!("{out:?}")
+    };
+    assert_eq!(*attempt, 1, "{out:?}");
+    let wait = next_at.as_millis() - at;
+    assert!((50..=100).contains(&wait), "waits {wait} ms");
+}
+
 #[test]
 fn resume_of_a_dead_lease_grants_at_once() {
     let mut m = registered(StartPolicy::FailFast);

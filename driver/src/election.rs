@@ -452,3 +452,39 @@ fn answer_error(answer: Answer) -> Error {
         Answer::Proclaimed | Answer::Txn(_) => Error::TaskGone,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn why(name: &str) -> Option<&'static str> {
+        match queue_prefix(name) {
+            Ok(_) => None,
+            Err(Error::InvalidName { why, .. }) => Some(why),
+            Err(other) => panic!("{name:?}: {other}"),
+        }
+    }
+
+    #[test]
+    fn names_are_checked_before_anything_is_written() {
+        assert!(matches!(queue_prefix("jobs"), Ok(Key(k)) if k == b"jobs/"));
+        assert_eq!(why(""), Some("it is empty"));
+        assert_eq!(why("a/"), Some("it ends with '/'"));
+        assert_eq!(why("a\nb"), Some("it contains a control character"));
+        // Nested names are fine; the queue lives under `name/`.
+        assert_eq!(why("team/jobs"), None);
+        assert_eq!(why(&"n".repeat(4096)), None);
+        assert_eq!(why(&"n".repeat(4097)), Some("it is longer than 4096 bytes"));
+    }
+
+    #[test]
+    fn values_up_to_the_metadata_limit_are_taken() {
+        assert!(check_value(&vec![b'x'; MAX_METADATA_LEN]).is_ok());
+        assert!(check_value(b"").is_ok());
+        assert!(matches!(
+            check_value(&vec![b'x'; MAX_METADATA_LEN + 1]),
+            Err(Error::ValueTooLarge { size, max })
+                if size == MAX_METADATA_LEN + 1 && max == MAX_METADATA_LEN
+        ));
+    }
+}

@@ -11,12 +11,16 @@
 
 use std::time::Duration;
 
-use coord::{LivenessOptions, ProbeConfig};
+use coord::{LivenessOptions, ProbeConfig, WatcherOptions};
 
 /// The round trips of a registration (grant, put, keep-alive open), the
 /// simulated network's latency and queueing in a fleet, and the 100 ms
 /// sampling that observes it.
 pub const REGISTRATION_MS: u64 = 500;
+
+/// A page of a listing: one round trip of the simulated network, with
+/// etcd's queue in a large fleet.
+pub const LIST_PAGE_MS: u64 = 20;
 
 /// What cleared a host's path to etcd, which decides how fast it must be
 /// registered again.
@@ -35,6 +39,12 @@ pub enum HealPath {
     /// probe interval (or a probe's timeout), then the wait is cut to at
     /// most half the fast cap.
     Partition,
+    /// The host's partition ended within a probe interval of its start:
+    /// the prober may have sent no probe into it, so it never saw a
+    /// silence and cuts nothing; a request lost in the partition times out
+    /// and is retried after its own backoff, up to the cap, as after
+    /// [`UnansweredBlip`](HealPath::UnansweredBlip).
+    PartitionBlip,
     /// etcd answers again after leaving requests unanswered for at least a
     /// request timeout: a request sent before may still be waited for
     /// (the request timeout), then the prober's cut applies.
@@ -70,6 +80,7 @@ impl HealPath {
             HealPath::Pause => "GC pause",
             HealPath::LeaderChange => "leader change",
             HealPath::Partition => "partition",
+            HealPath::PartitionBlip => "partition (blip)",
             HealPath::Unanswered => "unanswered requests",
             HealPath::UnansweredBlip => "unanswered requests (blip)",
             HealPath::Wiped => "etcd wiped",
@@ -83,6 +94,64 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// What disturbed a host watcher, which decides how soon its view must
+/// be complete again after the disturbance ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WatchPath {
+    /// The watcher's process started (or restarted): it lists the prefix
+    /// at once.
+    Restart,
+    /// The watcher resumed from a GC pause: what its stream held is
+    /// delivered at once; a stream that lost a message meanwhile is
+    /// noticed like any silent stream.
+    Pause,
+    /// The watcher's consumer took events again after a stall: what the
+    /// watcher kept is handed over at once.
+    Stall,
+    /// The watcher's partition ended: a stream that stalled is noticed by
+    /// its own probe (quiet for the probe interval, then unanswered for a
+    /// request timeout), or, when it was noticed during the partition, the
+    /// prober finds etcd back and cuts the wait.
+    Partition,
+    /// etcd had no leader and answers again: the stream was broken at
+    /// once and the retries refused at once (fast failures).
+    LeaderChange,
+    /// etcd answers again after leaving requests and stream messages
+    /// unanswered: a stalled stream is noticed by its own probe, or a
+    /// retry sent into the silence is given up as the prober finds etcd
+    /// back.
+    Unanswered,
+    /// etcd answers again after leaving requests unanswered for less than
+    /// a request timeout: no probe need have gone out meanwhile, so the
+    /// prober may never have seen a silence; a request that lost its
+    /// reply times out and is retried after its own backoff, up to the
+    /// cap (as a host's [`HealPath::UnansweredBlip`]).
+    UnansweredBlip,
+    /// etcd came back wiped: the broken stream's retries were refused at
+    /// once (fast failures), then its resume finds the revisions gone and
+    /// the watcher lists again.
+    Wiped,
+    /// A compaction: a watcher resuming across it lists the prefix again.
+    Compact,
+}
+
+impl WatchPath {
+    /// The name in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            WatchPath::Restart => "watcher start",
+            WatchPath::Pause => "watcher GC pause",
+            WatchPath::Stall => "consumer stall",
+            WatchPath::Partition => "watcher partition",
+            WatchPath::LeaderChange => "leader change",
+            WatchPath::Unanswered => "unanswered requests",
+            WatchPath::UnansweredBlip => "unanswered requests (blip)",
+            WatchPath::Wiped => "etcd wiped",
+            WatchPath::Compact => "compaction",
+        }
+    }
+}
+
 /// The configured (nominal) parameters the bounds derive from.
 #[derive(Debug, Clone, Default)]
 pub struct Nominal {
@@ -90,9 +159,26 @@ pub struct Nominal {
     pub liveness: LivenessOptions,
     /// Each process's prober.
     pub probe: ProbeConfig,
+    /// The host watchers' options.
+    pub watcher: WatcherOptions,
 }
 
 impl Nominal {
+    /// The election and lock processes' sessions: coord's session
+    /// defaults (the TTL is per process).
+    pub fn sessions() -> Nominal {
+        let s = coord::SessionOptions::default();
+        Nominal {
+            liveness: LivenessOptions {
+                refresh: s.refresh,
+                request_timeout: s.request_timeout,
+                backoff: s.backoff,
+                ..LivenessOptions::default()
+            },
+            ..Nominal::default()
+        }
+    }
+
     /// The keep-alive interval of a host with `ttl_secs`: TTL/3 unless
     /// configured.
     pub fn refresh_ms(&self, ttl_secs: u64) -> u64 {
@@ -117,7 +203,7 @@ impl Nominal {
             HealPath::LeaderChange => fast_cap.min(probe + cut),
             HealPath::Partition => probe + cut,
             HealPath::Unanswered | HealPath::GlobalHeal => request + cut,
-            HealPath::UnansweredBlip => request + ms(b.cap),
+            HealPath::UnansweredBlip | HealPath::PartitionBlip => request + ms(b.cap),
             HealPath::Wiped => fast_cap.min(probe + cut).max(refresh) + fast_cap,
             HealPath::Revoked => refresh + initial,
         };
@@ -129,5 +215,37 @@ impl Nominal {
     /// interval plus the sampling.
     pub fn learns_revoke_ms(&self, ttl_secs: u64) -> u64 {
         self.refresh_ms(ttl_secs) + 2 * ms(crate::history::SAMPLE_EVERY)
+    }
+
+    /// How long after a disturbance along `path` ends a host watcher of a
+    /// fleet of `hosts` may still miss what etcd holds. A path that lists
+    /// the prefix again (a start, a compaction, a wipe) also reads every
+    /// page of it: [`LIST_PAGE_MS`] per host, pages of one key being the
+    /// smallest the simulator uses.
+    pub fn catch_up_ms(&self, path: WatchPath, hosts: usize) -> u64 {
+        let o = &self.watcher;
+        let b = &o.backoff;
+        let initial = ms(b.initial);
+        let fast_cap = ms(b.fast_cap.min(b.cap));
+        let probe = ms(self.probe.interval.max(self.probe.request_timeout));
+        let cut = fast_cap / 2;
+        // A stream that stalled just before the path cleared: quiet for a
+        // probe interval, then its progress request unanswered for a
+        // request timeout; the retry follows a first-attempt backoff.
+        let silent = ms(o.probe_interval) + ms(o.request_timeout) + initial;
+        let wait = match path {
+            WatchPath::Restart | WatchPath::Stall | WatchPath::Compact => 0,
+            WatchPath::Pause => silent,
+            WatchPath::Partition | WatchPath::Unanswered => silent.max(probe + cut),
+            WatchPath::LeaderChange | WatchPath::Wiped => fast_cap.min(probe + cut),
+            WatchPath::UnansweredBlip => ms(o.request_timeout) + ms(b.cap),
+        };
+        let listing = match path {
+            WatchPath::Restart | WatchPath::Compact | WatchPath::Wiped => {
+                LIST_PAGE_MS * u64::try_from(hosts).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        };
+        wait + listing + REGISTRATION_MS
     }
 }

@@ -52,6 +52,9 @@ pub enum Invariant {
     /// A host took longer to register again than the path that cleared
     /// its way to etcd allows (see [`crate::bounds`]).
     HealOnTime,
+    /// An election or lock process's session registered again later than
+    /// its heal path's bound.
+    SessionHealOnTime,
     /// A crashed host's key outlived its TTL plus slack.
     CrashedKeyExpires,
     /// A key was present after its host stopped.
@@ -79,6 +82,14 @@ pub enum Invariant {
     /// not grant, a lease it did not hold, a resume that was not, or a
     /// lease "expired" or "revoked" that etcd still had.
     LivenessRecords,
+    /// An `Elected` disagreed with etcd: its key is not the name's queue
+    /// prefix and its lease in hex, etcd never put that key with that lease
+    /// and that create revision as its token, or an older key of the name
+    /// was still in etcd.
+    ElectionRecords,
+    /// A waiter whose key became its name's oldest, undisturbed, did not
+    /// report itself elected within [`SUCCESSION_MS`](crate::election_checker::SUCCESSION_MS).
+    PromptSuccession,
     /// Two handles of one name believed they lead while both keys existed.
     OneLeader,
     /// A leader's belief outlived its key (beyond the bound).
@@ -138,11 +149,19 @@ pub struct Verdict {
     pub heal_ms: Vec<u64>,
     /// The same, by what cleared: (kind, ms).
     pub heal_by_kind: Vec<(&'static str, u64)>,
-    /// Each heal as a share of its path's bound, per mille: how close the
-    /// run came to its bounds.
+    /// The sessions' heals (election and lock processes), by what cleared:
+    /// (kind, ms).
+    pub session_heal_by_kind: Vec<(&'static str, u64)>,
+    /// Each heal (hosts' and sessions') as a share of its path's bound,
+    /// per mille: how close the run came to its bounds.
     pub heal_permille_of_bound: Vec<u64>,
     /// etcd change to watcher event, ms (undisturbed watchers only).
     pub lag_ms: Vec<u64>,
+    /// A disturbance of a host watcher ended to its view complete again,
+    /// by what disturbed it: (kind, ms).
+    pub catch_up_by_kind: Vec<(&'static str, u64)>,
+    /// Each catch-up as a share of its path's bound, per mille.
+    pub catch_up_permille_of_bound: Vec<u64>,
     /// Most lease grants etcd served in any one second after the first,
     /// as a percentage of the fleet (fleets of 5 or more hosts): the
     /// re-registration peak, where a thundering herd would show.
@@ -220,9 +239,12 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     }
     crashed_keys_expire(case, history, &samples, &mut v);
     no_ghost(case, history, &samples, &mut v);
-    heal_latencies(case, history, &samples, &mut v);
+    heal_times(&Healers::hosts(case, history, &samples), history, &mut v);
+    if !case.contenders.is_empty() {
+        heal_times(&Healers::sessions(case, history), history, &mut v);
+    }
     liveness_records(history, &mut v);
-    crate::watcher_checker::watchers(history, heal_at, stop_all_at, &mut v);
+    crate::watcher_checker::watchers(history, case.ttls.len(), heal_at, stop_all_at, &mut v);
     if !case.contenders.is_empty() {
         crate::election_checker::check(case, history, &mut v);
     }
@@ -352,6 +374,14 @@ fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u64) -> bool
     })
 }
 
+/// etcd's lease log: every lease granted, to whom, and when it ended.
+pub(crate) fn lease_log(history: &History) -> Option<&BTreeMap<i64, crate::history::LeaseLife>> {
+    history.records.iter().find_map(|r| match &r.what {
+        What::LeaseLog(log) => Some(log),
+        _ => None,
+    })
+}
+
 /// Every field of every host event against etcd's lease log: a
 /// registration names a lease etcd granted to that very process, with the
 /// TTL etcd granted; an interruption or loss names the lease the host
@@ -359,10 +389,7 @@ fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u64) -> bool
 /// a loss because the lease expired, and a confirmed revoke on close, come
 /// after etcd really ended that lease.
 fn liveness_records(history: &History, v: &mut Verdict) {
-    let Some(log) = history.records.iter().find_map(|r| match &r.what {
-        What::LeaseLog(log) => Some(log),
-        _ => None,
-    }) else {
+    let Some(log) = lease_log(history) else {
         return;
     };
     // Per (host, incarnation): the lease held, the lease last lost.
@@ -686,19 +713,131 @@ pub(crate) fn expiry_deadline(from: u64, ttl_ms: u64, windows: &[(u64, u64)]) ->
     deadline
 }
 
-/// From each moment a host's path to etcd clears (partition ended, pause
-/// ended, restart, etcd answering again after a leader change, unanswered
-/// requests or a wipe, the global heal, its lease revoked from outside)
-/// while it is not registered, to the first sample where it is, unless a
-/// new fault touches it first. Kept by what cleared, and checked against
-/// that path's bound ([`Nominal::heal_ms`]).
-fn heal_latencies(
-    case: &Case,
-    history: &History,
-    samples: &[(u64, &Vec<HostSample>)],
-    v: &mut Verdict,
-) {
-    let nominal = Nominal::default();
+/// Whose heals [`heal_times`] checks: the hosts' liveness, or the
+/// election and lock processes' sessions. One lease engine heals both,
+/// along the same paths.
+struct Healers {
+    /// Each sample: when, and per subject whether it is registered with a
+    /// lease etcd has (and, for a host, its key attached to it).
+    samples: Vec<(u64, Vec<bool>)>,
+    /// Each subject's lease TTL, seconds.
+    ttls: Vec<u64>,
+    /// The options they are configured with.
+    nominal: Nominal,
+    /// The subject and path of a record that begins one of a subject's own
+    /// faults (partition, pause, crash).
+    begins: fn(&What) -> Option<(usize, HealPath)>,
+    /// The subject and path of a record that ends one.
+    ends: fn(&What) -> Option<(usize, HealPath)>,
+    /// Each revoke of a subject's lease from outside (a heal is timed from
+    /// it): (when, subject).
+    revokes: Vec<(u64, usize)>,
+    /// Hosts (else sessions): where heals are reported, what a late one
+    /// violates.
+    hosts: bool,
+}
+
+impl Healers {
+    /// The hosts' liveness.
+    fn hosts(case: &Case, history: &History, samples: &[(u64, &Vec<HostSample>)]) -> Healers {
+        Healers {
+            samples: samples
+                .iter()
+                .map(|(t, s)| (*t, s.iter().map(healthy).collect()))
+                .collect(),
+            ttls: case.ttls.clone(),
+            nominal: Nominal::default(),
+            begins: |w| match w {
+                What::Fault(Fault::Partition { host, .. }) => Some((*host, HealPath::Partition)),
+                What::Fault(Fault::Pause { host, .. }) => Some((*host, HealPath::Pause)),
+                What::Fault(Fault::Crash { host, .. }) => Some((*host, HealPath::Restart)),
+                _ => None,
+            },
+            ends: |w| match w {
+                What::PartitionEnded { host } => Some((*host, HealPath::Partition)),
+                What::Resumed { host } => Some((*host, HealPath::Pause)),
+                What::Restarted { host } => Some((*host, HealPath::Restart)),
+                _ => None,
+            },
+            revokes: history
+                .records
+                .iter()
+                .filter_map(|r| match r.what {
+                    What::Fault(Fault::RevokeLease { host }) => Some((r.at_ms, host)),
+                    _ => None,
+                })
+                .collect(),
+            hosts: true,
+        }
+    }
+
+    /// The election and lock processes' sessions.
+    fn sessions(case: &Case, history: &History) -> Healers {
+        Healers {
+            samples: history
+                .records
+                .iter()
+                .filter_map(|r| match &r.what {
+                    What::ContenderSample(s) => Some((
+                        r.at_ms,
+                        s.iter()
+                            .map(|c| c.session_lease.is_some_and(|(_, live)| live))
+                            .collect(),
+                    )),
+                    _ => None,
+                })
+                .collect(),
+            ttls: case.contenders.iter().map(|c| c.ttl).collect(),
+            nominal: Nominal::sessions(),
+            begins: |w| match w {
+                What::Fault(Fault::ContenderPartition { contender, .. }) => {
+                    Some((*contender, HealPath::Partition))
+                }
+                What::Fault(Fault::ContenderPause { contender, .. }) => {
+                    Some((*contender, HealPath::Pause))
+                }
+                What::Fault(Fault::ContenderCrash { contender, .. }) => {
+                    Some((*contender, HealPath::Restart))
+                }
+                _ => None,
+            },
+            ends: |w| match w {
+                What::ContenderPartitionEnded { contender } => {
+                    Some((*contender, HealPath::Partition))
+                }
+                What::ContenderResumed { contender } => Some((*contender, HealPath::Pause)),
+                What::ContenderRestarted { contender } => Some((*contender, HealPath::Restart)),
+                _ => None,
+            },
+            // A leader's lease revoked from outside: the lease is recorded
+            // with the fault, its owner in etcd's lease log.
+            revokes: history
+                .records
+                .iter()
+                .filter(|r| matches!(r.what, What::Fault(Fault::RevokeLeaderLease { .. })))
+                .filter_map(|r| {
+                    let lease = history.records.iter().find_map(|x| match &x.what {
+                        What::KeyRemovedOutside { lease, .. } if x.at_ms == r.at_ms => Some(*lease),
+                        _ => None,
+                    })?;
+                    let client = lease_log(history)?.get(&lease)?.client;
+                    Some((r.at_ms, crate::contenders::contender_of(client)?))
+                })
+                .collect(),
+            hosts: false,
+        }
+    }
+}
+
+/// From each moment a subject's path to etcd clears (partition ended,
+/// pause ended, restart, etcd answering again after a leader change,
+/// unanswered requests or a wipe, the global heal, its lease revoked from
+/// outside) while it is not registered, to the first sample where it is,
+/// unless a new fault touches it first. Kept by what cleared, and checked
+/// against that path's bound ([`Nominal::heal_ms`]).
+fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
+    let nominal = &healers.nominal;
+    let samples = &healers.samples;
     let request_ms = ms(nominal.liveness.request_timeout);
     // When etcd began answering again after leaving requests unanswered.
     let drops: Vec<u64> = history
@@ -710,16 +849,17 @@ fn heal_latencies(
         })
         .collect();
     let n = samples.first().map_or(0, |(_, s)| s.len());
-    let mut clears: Vec<(usize, u64, HealPath)> = Vec::new();
+    let mut clears: Vec<(usize, u64, HealPath)> = healers
+        .revokes
+        .iter()
+        .map(|(at, subject)| (*subject, *at, HealPath::Revoked))
+        .collect();
     for r in &history.records {
         let everyone = |kind, at: u64| (0..n).map(move |h| (h, at, kind));
+        if let Some((subject, path)) = (healers.ends)(&r.what) {
+            clears.push((subject, r.at_ms, path));
+        }
         match r.what {
-            What::PartitionEnded { host } => clears.push((host, r.at_ms, HealPath::Partition)),
-            What::Resumed { host } => clears.push((host, r.at_ms, HealPath::Pause)),
-            What::Restarted { host } => clears.push((host, r.at_ms, HealPath::Restart)),
-            What::Fault(Fault::RevokeLease { host }) => {
-                clears.push((host, r.at_ms, HealPath::Revoked));
-            }
             What::Fault(Fault::LeaderChange { unavailable_ms }) => {
                 clears.extend(everyone(HealPath::LeaderChange, r.at_ms + unavailable_ms));
             }
@@ -739,112 +879,139 @@ fn heal_latencies(
         }
     }
     clears.sort_by_key(|c| c.1);
-    let disturbs = |host: usize, from: u64, to: u64| {
+    let disturbs = |subject: usize, from: u64, to: u64| {
         history.records.iter().any(|r| {
             r.at_ms > from
                 && r.at_ms <= to
-                && match &r.what {
-                    What::Fault(Fault::Partition { host: h, .. })
-                    | What::Fault(Fault::Pause { host: h, .. })
-                    | What::Fault(Fault::Crash { host: h, .. }) => *h == host,
-                    What::Fault(Fault::RevokeLease { host: h }) => *h == host,
-                    What::Fault(
-                        Fault::LeaderChange { .. } | Fault::DropReplies { .. } | Fault::Wipe { .. },
-                    ) => true,
-                    What::StopAll => true,
-                    _ => false,
-                }
+                && ((healers.begins)(&r.what).is_some_and(|(s, _)| s == subject)
+                    || healers.revokes.contains(&(r.at_ms, subject))
+                    || matches!(
+                        r.what,
+                        What::Fault(
+                            Fault::LeaderChange { .. }
+                                | Fault::DropReplies { .. }
+                                | Fault::Wipe { .. }
+                        ) | What::StopAll
+                    ))
         })
     };
     // An outage still on at a clear (another fault's) is not cleared.
     let outages = fleet_outages(history);
-    // Each host's own faults (partition, pause, crash) as intervals: a
-    // clear for everyone does not clear a host still cut off itself.
+    // Each subject's own faults (partition, pause, crash) as intervals: a
+    // clear for everyone does not clear a subject still cut off itself.
     let mut own: Vec<(usize, u64, u64, HealPath)> = Vec::new();
     let mut open: Vec<(usize, u64, HealPath)> = Vec::new();
     for r in &history.records {
-        match r.what {
-            What::Fault(Fault::Partition { host, .. }) => {
-                open.push((host, r.at_ms, HealPath::Partition));
-            }
-            What::Fault(Fault::Pause { host, .. }) => open.push((host, r.at_ms, HealPath::Pause)),
-            What::Fault(Fault::Crash { host, .. }) => open.push((host, r.at_ms, HealPath::Restart)),
-            What::PartitionEnded { host } | What::Resumed { host } | What::Restarted { host } => {
-                let kind = match r.what {
-                    What::PartitionEnded { .. } => HealPath::Partition,
-                    What::Resumed { .. } => HealPath::Pause,
-                    _ => HealPath::Restart,
-                };
-                open.retain(|(h, s, k)| {
-                    let ends = *h == host && *k == kind;
-                    if ends {
-                        own.push((*h, *s, r.at_ms, kind));
-                    }
-                    !ends
-                });
-            }
-            _ => {}
+        if let Some((subject, path)) = (healers.begins)(&r.what) {
+            open.push((subject, r.at_ms, path));
+        }
+        if let Some((subject, path)) = (healers.ends)(&r.what) {
+            open.retain(|(h, s, k)| {
+                let ends = *h == subject && *k == path;
+                if ends {
+                    own.push((*h, *s, r.at_ms, path));
+                }
+                !ends
+            });
         }
     }
     own.extend(open.iter().map(|(h, s, k)| (*h, *s, u64::MAX, *k)));
-    for (host, at, kind) in clears {
+    let probe_ms = ms(nominal.probe.interval);
+    let healthy_at = |s: &Vec<bool>, subject: usize| s.get(subject).copied().unwrap_or(false);
+    for (subject, at, mut kind) in clears {
+        // A partition that left the process less than a probe interval
+        // awake (since it began, or since the process last restarted or
+        // resumed within it) may hold no probe.
+        let awake = own
+            .iter()
+            .filter(|(h, _, e, k)| {
+                *h == subject && *e <= at && matches!(k, HealPath::Restart | HealPath::Pause)
+            })
+            .map(|(_, _, e, _)| *e)
+            .max()
+            .unwrap_or(0);
+        let blip = own.iter().any(|(h, s, e, k)| {
+            *h == subject
+                && *e == at
+                && *k == HealPath::Partition
+                && at - (*s).max(awake).min(at) < probe_ms
+        });
+        if kind == HealPath::Partition && blip {
+            kind = HealPath::PartitionBlip;
+        }
         if kind != HealPath::GlobalHeal && outages.iter().any(|(s, e)| *s < at && at < *e) {
             continue;
         }
         if own
             .iter()
-            .any(|(h, s, e, _)| *h == host && *s < at && at < *e)
+            .any(|(h, s, e, _)| *h == subject && *s < at && at < *e)
         {
             continue;
         }
         let Some((_, first)) = samples.iter().find(|(t, _)| *t >= at) else {
             continue;
         };
-        if first.get(host).is_some_and(healthy) {
+        if healthy_at(first, subject) {
             continue;
         }
-        if let Some((t, _)) = samples
+        let Some((t, _)) = samples
             .iter()
-            .find(|(t, s)| *t >= at && s.get(host).is_some_and(healthy))
-        {
-            if !disturbs(host, at, *t) {
-                let took = t - at;
-                v.heal_ms.push(took);
-                v.heal_by_kind.push((kind.label(), took));
-                let ttl = case.ttls.get(host).copied().unwrap_or(2).max(2);
-                // A host whose own fault ended while etcd was out for
-                // everyone heals along the slower of the two paths.
-                let began = outages
-                    .iter()
-                    .filter(|(_, e)| *e == at)
-                    .map(|(s, _)| *s)
-                    .min()
-                    .unwrap_or(at);
-                let mut bound = own
-                    .iter()
-                    .filter(|(h, _, e, _)| *h == host && began <= *e && *e <= at)
-                    .map(|(_, _, _, k)| nominal.heal_ms(*k, ttl))
-                    .fold(nominal.heal_ms(kind, ttl), u64::max);
-                // Within a request timeout of etcd leaving requests
-                // unanswered, the host may still wait out a request whose
-                // reply was lost, whatever cleared since.
-                if drops.iter().any(|e| *e <= at && at < e + request_ms) {
-                    bound = bound.max(nominal.heal_ms(HealPath::UnansweredBlip, ttl));
-                }
-                v.heal_permille_of_bound.push(took * 1000 / bound.max(1));
-                v.checks += 1;
-                if took > bound {
-                    v.violate(
-                        Invariant::HealOnTime,
-                        *t,
-                        Some(host),
-                        format!(
-                            "registered again {took} ms after {} at {at} ms (bound {bound} ms)",
-                            kind.label()
-                        ),
-                    );
-                }
-            }
+            .find(|(t, s)| *t >= at && healthy_at(s, subject))
+        else {
+            continue;
+        };
+        if disturbs(subject, at, *t) {
+            continue;
+        }
+        let took = t - at;
+        let ttl = healers.ttls.get(subject).copied().unwrap_or(2).max(2);
+        // A subject whose own fault ended while etcd was out for everyone
+        // heals along the slower of the two paths.
+        let began = outages
+            .iter()
+            .filter(|(_, e)| *e == at)
+            .map(|(s, _)| *s)
+            .min()
+            .unwrap_or(at);
+        let mut bound = own
+            .iter()
+            .filter(|(h, _, e, _)| *h == subject && began <= *e && *e <= at)
+            .map(|(_, _, _, k)| nominal.heal_ms(*k, ttl))
+            .fold(nominal.heal_ms(kind, ttl), u64::max);
+        // Within a request timeout of etcd leaving requests unanswered, the
+        // subject may still wait out a request whose reply was lost,
+        // whatever cleared since.
+        if drops.iter().any(|e| *e <= at && at < e + request_ms) {
+            bound = bound.max(nominal.heal_ms(HealPath::UnansweredBlip, ttl));
+        }
+        v.heal_permille_of_bound.push(took * 1000 / bound.max(1));
+        v.checks += 1;
+        let (invariant, who, what) = if healers.hosts {
+            v.heal_ms.push(took);
+            v.heal_by_kind.push((kind.label(), took));
+            (
+                Invariant::HealOnTime,
+                Some(subject),
+                "registered again".to_string(),
+            )
+        } else {
+            v.session_heal_by_kind.push((kind.label(), took));
+            (
+                Invariant::SessionHealOnTime,
+                None,
+                format!("contender {subject}'s session registered again"),
+            )
+        };
+        if took > bound {
+            v.violate(
+                invariant,
+                *t,
+                who,
+                format!(
+                    "{what} {took} ms after {} at {at} ms (bound {bound} ms)",
+                    kind.label()
+                ),
+            );
         }
     }
 }

@@ -149,7 +149,10 @@ async fn agent<W: Wrap>(
         return;
     };
     let api = wrap.wrap(etcd);
-    let opts = session_options(spec.ttl, seed ^ client.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let opts = wrap.session_options(session_options(
+        spec.ttl,
+        seed ^ client.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    ));
     let queues: Vec<(String, Queue)> = match spec.kind {
         ContenderKind::Candidate => match Election::new(api, "e", opts).await {
             Ok(e) => vec![("e".into(), Queue::Election(e.into()))],

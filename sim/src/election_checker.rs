@@ -27,7 +27,9 @@
 //!   key, even briefly (it is one round trip);
 //! - **a registered session's lease lives**: a session reporting its lease
 //!   registered holds a lease etcd has (it never hands out a dead one),
-//!   but for one TTL after an outside revoke;
+//!   but for one keep-alive interval after an outside revoke (its next
+//!   keep-alive is answered "gone"), or a TTL when something else touched
+//!   the process;
 //! - **one lease per session**: a process's incarnation (a candidate, a
 //!   locker, a pool of many names) holds at most one live lease, but for a
 //!   request timeout and a retry after a disturbance, and a TTL after one
@@ -131,13 +133,8 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
             _ => None,
         })
         .unwrap_or_default();
-    let owners: BTreeMap<i64, u64> = history
-        .records
-        .iter()
-        .find_map(|r| match &r.what {
-            What::LeaseLog(log) => Some(log.iter().map(|(l, life)| (*l, life.client)).collect()),
-            _ => None,
-        })
+    let owners: BTreeMap<i64, u64> = crate::checker::lease_log(history)
+        .map(|log| log.iter().map(|(l, life)| (*l, life.client)).collect())
         .unwrap_or_default();
     let disturbed: Vec<Vec<(u64, u64)>> = (0..case.contenders.len())
         .map(|c| disturbances(history, c))
@@ -161,6 +158,8 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
         })
         .collect();
     one_leader_and_beliefs(case, &log, &disturbed, &samples, v);
+    elected_records(history, &log, v);
+    prompt_succession(case, history, &log, &owners, &disturbed, v);
     fenced(&log, v);
     if let Some(heal) = heal_at {
         leader_after_heal(case, history, heal, stop_at, v);
@@ -170,9 +169,176 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     losing_tries_write_nothing(history, &log, &owners, &disturbed, v);
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
-    session_lease_lives(case, history, &samples, v);
+    session_lease_lives(case, history, &samples, &disturbed, v);
     latencies(case, history, &log, &samples, v);
     crate::observe_checker::check(case, history, &log, v);
+}
+
+/// Every `Elected` against etcd's log: its key is the name's queue prefix
+/// and its lease in hex (Go's `%s%x`); etcd put that key with that lease
+/// by then, and its token is that incarnation's create revision; and when
+/// it was reported no older key of the name was in etcd (it led).
+fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdict) {
+    for r in &history.records {
+        let What::Contender {
+            contender,
+            name,
+            event: ContenderEvent::Elected { token, lease, key },
+            ..
+        } = &r.what
+        else {
+            continue;
+        };
+        v.checks += 1;
+        let prefix = format!("{name}/");
+        let expected = coord_core::election::candidate_key(
+            &coord_core::Key(prefix.clone().into_bytes()),
+            coord_core::LeaseId(*lease),
+        );
+        let before: Vec<&LogEntry> = log.iter().take_while(|e| e.at_ms <= r.at_ms).collect();
+        let put = before.iter().any(|e| {
+            e.present && e.key == *key && e.create_revision == *token && e.lease == *lease
+        });
+        let mut live: BTreeMap<&str, i64> = BTreeMap::new();
+        for e in before.iter().filter(|e| e.key.starts_with(&prefix)) {
+            if e.present {
+                live.insert(e.key.as_str(), e.create_revision);
+            } else {
+                live.remove(e.key.as_str());
+            }
+        }
+        let older = live
+            .iter()
+            .find(|(k, rev)| **k != key.as_str() && **rev < *token);
+        let problem = if expected.as_bytes() != key.as_bytes() {
+            Some(format!(
+                "the key of lease {lease:x} under {prefix} is not {key}"
+            ))
+        } else if !put {
+            Some(format!(
+                "etcd never put {key} with lease {lease:x} at create revision {token}"
+            ))
+        } else {
+            older.map(|(k, rev)| format!("{k} (create revision {rev}) was still in etcd"))
+        };
+        if let Some(problem) = problem {
+            v.violate(
+                Invariant::ElectionRecords,
+                r.at_ms,
+                None,
+                format!(
+                    "contender {contender} elected for {name} with {key}, token {token}: {problem}"
+                ),
+            );
+        }
+    }
+}
+
+/// How soon a campaign whose key became its name's oldest reports itself
+/// elected, when neither its process nor etcd is disturbed: the watch
+/// delivery of the delete that made it oldest (or the reply to its own
+/// put), one read, and the sampling.
+pub const SUCCESSION_MS: u64 = crate::bounds::REGISTRATION_MS;
+
+/// Every time a name's oldest key changes to `K` (the older ones deleted
+/// by a resign, an expiry after a crash, an outside delete or revoke, or
+/// `K` put on an empty queue), `K`'s campaign reports itself elected with
+/// `K` within [`SUCCESSION_MS`], unless its process or etcd was
+/// disturbed, `K` went meanwhile, or the campaign ended otherwise
+/// (withdrawn, failed, lost, resigning). This is failover and handover
+/// with their bound, for undisturbed successors.
+fn prompt_succession(
+    case: &Case,
+    history: &History,
+    log: &[LogEntry],
+    owners: &BTreeMap<i64, u64>,
+    disturbed: &[Vec<(u64, u64)>],
+    v: &mut Verdict,
+) {
+    let names = case.names();
+    // Per name: live key -> (create revision, lease, when put).
+    let mut queues: BTreeMap<&str, BTreeMap<&str, (i64, i64, u64)>> = BTreeMap::new();
+    let oldest = |q: &BTreeMap<&str, (i64, i64, u64)>| -> Option<(String, (i64, i64, u64))> {
+        q.iter()
+            .min_by_key(|(_, (rev, _, _))| *rev)
+            .map(|(k, x)| ((*k).to_string(), *x))
+    };
+    for e in log {
+        let Some(name) = names.iter().find(|n| {
+            e.key
+                .strip_prefix(n.as_str())
+                .is_some_and(|r| r.starts_with('/'))
+        }) else {
+            continue;
+        };
+        let queue = queues.entry(name.as_str()).or_default();
+        let before = oldest(queue).map(|(k, _)| k);
+        if e.present {
+            queue
+                .entry(e.key.as_str())
+                .or_insert((e.create_revision, e.lease, e.at_ms));
+        } else {
+            queue.remove(e.key.as_str());
+        }
+        let Some((key, (token, lease, put_at))) = oldest(queue) else {
+            continue;
+        };
+        if before.as_deref() == Some(key.as_str()) {
+            continue;
+        }
+        let became = e.at_ms;
+        let due = became + SUCCESSION_MS;
+        let Some(c) = owner(owners, lease) else {
+            continue;
+        };
+        if !disturbed
+            .get(c)
+            .is_some_and(|d| undisturbed(d, became, due))
+        {
+            continue;
+        }
+        // `K` still there when due (the same incarnation).
+        let gone = log.iter().any(|x| {
+            !x.present
+                && x.key == key
+                && x.create_revision == token
+                && x.at_ms <= due
+                && x.at_ms >= put_at
+        });
+        if gone {
+            continue;
+        }
+        let events: Vec<(u64, &ContenderEvent)> = events_of(history, c, name)
+            .filter(|(t, _)| *t >= put_at && *t <= due)
+            .collect();
+        let ended = events.iter().any(|(_, ev)| {
+            matches!(
+                ev,
+                ContenderEvent::Cancelled { .. }
+                    | ContenderEvent::Failed { .. }
+                    | ContenderEvent::TryLost
+                    | ContenderEvent::Lost { .. }
+                    | ContenderEvent::Resigning
+            )
+        });
+        if ended {
+            continue;
+        }
+        v.checks += 1;
+        let elected = events.iter().any(|(_, ev)| {
+            matches!(ev, ContenderEvent::Elected { key: k, token: t, .. } if *k == key && *t == token)
+        });
+        if !elected {
+            v.violate(
+                Invariant::PromptSuccession,
+                due,
+                None,
+                format!(
+                    "contender {c}'s key {key} (token {token}) became the oldest of {name} at {became} ms, and it did not report itself elected within {SUCCESSION_MS} ms"
+                ),
+            );
+        }
+    }
 }
 
 /// The deletions of each key incarnation: (key, create revision) -> (at,
@@ -722,13 +888,42 @@ fn session_lease_lives(
     case: &Case,
     history: &History,
     samples: &[(u64, &Vec<ContenderSample>)],
+    disturbed: &[Vec<(u64, u64)>],
     v: &mut Verdict,
 ) {
-    let revoked: Vec<(i64, u64)> = history
+    let nominal = crate::bounds::Nominal::sessions();
+    let owners = crate::checker::lease_log(history);
+    let ttl_of = |c: usize| case.contenders.get(c).map_or(10, |s| s.ttl).max(2);
+    // Each key removed from outside: its lease, when, and for how long its
+    // session may still report that lease (if it was revoked): one
+    // keep-alive interval when nothing else touched the process within a
+    // TTL, else a TTL.
+    let revoked: Vec<(i64, u64, u64)> = history
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::KeyRemovedOutside { lease, .. } => Some((*lease, r.at_ms)),
+            What::KeyRemovedOutside { lease, .. } => {
+                let owner = owners
+                    .and_then(|o| o.get(lease))
+                    .and_then(|life| contender_of(life.client));
+                let window = match owner {
+                    Some(c) => {
+                        let ttl = ttl_of(c);
+                        let span = ttl * 1000;
+                        let quiet = disturbed.get(c).is_some_and(|d| {
+                            d.iter()
+                                .all(|(s, e)| e + span < r.at_ms || *s > r.at_ms + span)
+                        });
+                        if quiet {
+                            nominal.learns_revoke_ms(ttl)
+                        } else {
+                            span + 200
+                        }
+                    }
+                    None => 10_200,
+                };
+                Some((*lease, r.at_ms, window))
+            }
             _ => None,
         })
         .collect();
@@ -748,10 +943,9 @@ fn session_lease_lives(
             if s.condition != crate::history::Condition::Alive {
                 continue;
             }
-            let ttl = case.contenders.get(c).map_or(10, |s| s.ttl) * 1000;
             let learning = revoked
                 .iter()
-                .any(|(l, t)| *l == lease && *at >= *t && *at <= *t + ttl + 200);
+                .any(|(l, t, window)| *l == lease && *at >= *t && *at <= *t + window);
             let just_resumed = resumed
                 .iter()
                 .any(|(x, t)| *x == c && *at >= *t && *at < *t + 200);

@@ -46,6 +46,16 @@ pub trait Wrap: Clone + Send + Sync + 'static {
     fn host_options(&self, nominal: LivenessOptions) -> LivenessOptions {
         nominal
     }
+    /// The options a host watcher really runs with, given the nominal
+    /// ones (as [`host_options`](Wrap::host_options) for hosts).
+    fn watcher_options(&self, nominal: WatcherOptions) -> WatcherOptions {
+        nominal
+    }
+    /// The options an election or lock process's session really runs
+    /// with, given the nominal ones.
+    fn session_options(&self, nominal: coord::SessionOptions) -> coord::SessionOptions {
+        nominal
+    }
 }
 
 /// No wrapping: the real driver on the simulated etcd.
@@ -524,7 +534,7 @@ async fn watcher_agent<W: Wrap>(
             }
         });
     }
-    let opts = watcher_options_for(i, mixed, generator);
+    let opts = wrap.watcher_options(watcher_options_for(i, mixed, generator));
     let Ok(mut watcher) = HostWatcher::<HostMetadata>::new(api, opts).await else {
         return;
     };

@@ -27,6 +27,8 @@ pub mod history;
 pub mod model;
 #[cfg(madsim)]
 pub mod observe_checker;
+#[cfg(all(madsim, test))]
+mod observe_options_tests;
 #[cfg(madsim)]
 pub mod process;
 #[cfg(madsim)]

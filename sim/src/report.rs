@@ -27,7 +27,11 @@ pub struct Summary {
     pub heal_ms: Vec<u64>,
     /// The same, by what cleared the path.
     pub heal_by_kind: BTreeMap<&'static str, Vec<u64>>,
-    /// Each heal as a share of its path's bound, per mille.
+    /// The sessions' heals (election and lock processes), by what cleared
+    /// the path.
+    pub session_heal_by_kind: BTreeMap<&'static str, Vec<u64>>,
+    /// Each heal (hosts' and sessions') as a share of its path's bound,
+    /// per mille.
     pub heal_permille_of_bound: Vec<u64>,
     /// The slowest heal: ms, seed, what cleared the path (to replay it).
     pub slowest_heal: Option<(u64, u64, &'static str)>,
@@ -35,6 +39,13 @@ pub struct Summary {
     pub stops: (u64, u64),
     /// etcd change to watcher event, ms.
     pub lag_ms: Vec<u64>,
+    /// A watcher's disturbance ended to its view complete, by what
+    /// disturbed it, ms.
+    pub catch_up_by_kind: BTreeMap<&'static str, Vec<u64>>,
+    /// Each catch-up as a share of its path's bound, per mille.
+    pub catch_up_permille_of_bound: Vec<u64>,
+    /// The slowest catch-up: ms, seed, what disturbed the watcher.
+    pub slowest_catch_up: Option<(u64, u64, &'static str)>,
     /// Per run: most grants in one second, % of the fleet.
     pub peak_grant_pct: Vec<u64>,
     /// Densest herd per run, per mille (fleets of 100+ hosts).
@@ -70,9 +81,23 @@ impl Summary {
                 self.slowest_heal = Some((*ms, r.case.seed, kind));
             }
         }
+        for (kind, ms) in &r.verdict.session_heal_by_kind {
+            self.session_heal_by_kind.entry(kind).or_default().push(*ms);
+        }
         self.heal_permille_of_bound
             .extend(&r.verdict.heal_permille_of_bound);
         self.lag_ms.extend(&r.verdict.lag_ms);
+        for (kind, ms) in &r.verdict.catch_up_by_kind {
+            self.catch_up_by_kind.entry(kind).or_default().push(*ms);
+            if self
+                .slowest_catch_up
+                .map_or(true, |(slowest, _, _)| *ms > slowest)
+            {
+                self.slowest_catch_up = Some((*ms, r.case.seed, kind));
+            }
+        }
+        self.catch_up_permille_of_bound
+            .extend(&r.verdict.catch_up_permille_of_bound);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
         self.herd_permille.extend(r.verdict.herd_permille);
         self.failover_ms.extend(&r.verdict.failover_ms);
@@ -126,17 +151,11 @@ impl Summary {
             "heal latency p50/p99/max",
             percentiles(&self.heal_ms)
         );
-        for (kind, ms) in &self.heal_by_kind {
-            let _ = writeln!(
-                out,
-                "{:<34} {:>14}",
-                format!("  after {kind} ({})", ms.len()),
-                percentiles(ms)
-            );
-        }
+        by_kind(&mut out, "  after", &self.heal_by_kind);
         if let Some((ms, seed, kind)) = self.slowest_heal {
             let _ = writeln!(out, "  slowest: {ms} ms after {kind}, seed {seed}");
         }
+        by_kind(&mut out, "  session after", &self.session_heal_by_kind);
         let _ = writeln!(
             out,
             "{:<34} {:>14}",
@@ -148,6 +167,16 @@ impl Summary {
             "{:<34} {:>14}",
             "watcher lag p50/p99/max",
             percentiles(&self.lag_ms)
+        );
+        by_kind(&mut out, "watcher caught up after", &self.catch_up_by_kind);
+        if let Some((ms, seed, kind)) = self.slowest_catch_up {
+            let _ = writeln!(out, "  slowest: {ms} ms after {kind}, seed {seed}");
+        }
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "  ‰ of its path's bound p50/p99/max",
+            percentiles(&self.catch_up_permille_of_bound).replace(" ms", " ‰")
         );
         let _ = writeln!(
             out,
@@ -311,4 +340,16 @@ pub fn timeline(r: &CaseResult) -> String {
         let _ = writeln!(out, "all invariants held ({} checks)", r.verdict.checks);
     }
     out
+}
+
+/// One line per kind: `{label} {kind} ({count})` and its percentiles.
+fn by_kind(out: &mut String, label: &str, by_kind: &BTreeMap<&'static str, Vec<u64>>) {
+    for (kind, ms) in by_kind {
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            format!("{label} {kind} ({})", ms.len()),
+            percentiles(ms)
+        );
+    }
 }

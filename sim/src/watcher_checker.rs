@@ -2,7 +2,9 @@
 //! after the heal, completeness while undisturbed; and watcher lag.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use crate::bounds::{Nominal, WatchPath};
 use crate::checker::{Invariant, Verdict};
 use crate::harness::{says_stale_bound, watcher_bound};
 use crate::history::{
@@ -11,38 +13,92 @@ use crate::history::{
 };
 use crate::schedule::{Fault, WATCHERS};
 
-fn ms(d: std::time::Duration) -> u64 {
+fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Intervals (start, end) during which watcher `w` may legitimately lag:
-/// its own partitions, pauses and crashes, etcd leader changes, wipes,
-/// unanswered requests, and compactions (which force a re-list).
-fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64)> {
-    let mut out: Vec<(u64, u64)> = history
+/// What disturbed watcher `w`, as (start, end, path): its own restarts,
+/// partitions and pauses, etcd leader changes, wipes,
+/// unanswered requests, and compactions (a resume across one lists
+/// again). A disturbance still on at the end of the history ends at
+/// `u64::MAX`.
+fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath)> {
+    let mut out: Vec<(u64, u64, WatchPath)> = history
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::Fault(Fault::Wipe { down_ms: ms, .. })
-            | What::Fault(Fault::LeaderChange { unavailable_ms: ms })
-            | What::Fault(Fault::DropReplies { ms }) => Some((r.at_ms, r.at_ms + ms)),
-            What::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms)),
+            What::Fault(Fault::Wipe { down_ms: ms, .. }) => {
+                Some((r.at_ms, r.at_ms + ms, WatchPath::Wiped))
+            }
+            What::Fault(Fault::LeaderChange { unavailable_ms: ms }) => {
+                Some((r.at_ms, r.at_ms + ms, WatchPath::LeaderChange))
+            }
+            What::Fault(Fault::DropReplies { ms }) => {
+                let path =
+                    if Duration::from_millis(*ms) < Nominal::default().watcher.request_timeout {
+                        WatchPath::UnansweredBlip
+                    } else {
+                        WatchPath::Unanswered
+                    };
+                Some((r.at_ms, r.at_ms + ms, path))
+            }
+            What::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms, WatchPath::Compact)),
             _ => None,
         })
         .collect();
-    out.extend(history.spans(
-        |what| matches!(what, What::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w),
-        |what| matches!(what, What::WatcherRestarted { watcher } if *watcher == w),
-    ));
-    out.extend(history.spans(
-        |what| matches!(what, What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w),
-        |what| matches!(what, What::WatcherPartitionEnded { watcher } if *watcher == w),
-    ));
-    out.extend(history.spans(
-        |what| matches!(what, What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w),
-        |what| matches!(what, What::WatcherResumed { watcher } if *watcher == w),
-    ));
+    let mut own = |path: WatchPath, spans: Vec<(u64, u64)>| {
+        out.extend(spans.into_iter().map(|(s, e)| (s, e, path)));
+    };
+    own(
+        WatchPath::Restart,
+        history.spans(
+            |what| matches!(what, What::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w),
+            |what| matches!(what, What::WatcherRestarted { watcher } if *watcher == w),
+        ),
+    );
+    own(
+        WatchPath::Partition,
+        history.spans(
+            |what| matches!(what, What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w),
+            |what| matches!(what, What::WatcherPartitionEnded { watcher } if *watcher == w),
+        ),
+    );
+    own(
+        WatchPath::Pause,
+        history.spans(
+            |what| matches!(what, What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w),
+            |what| matches!(what, What::WatcherResumed { watcher } if *watcher == w),
+        ),
+    );
     out
+}
+
+/// `disturbances` with each that ended while the watcher could not act
+/// (paused, or its consumer stalled: its timers wait while the consumer
+/// does not read) ending instead when it could act again: only then does
+/// it notice a broken stream or a compaction, and catch up. A compaction
+/// during any other disturbance ends with it too: the re-list it forces
+/// comes when the watcher resumes.
+fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, WatchPath)> {
+    let spans: Vec<(u64, u64, WatchPath)> = disturbances.clone();
+    for (_, e, p) in &mut disturbances {
+        if matches!(p, WatchPath::Pause | WatchPath::Stall) {
+            continue;
+        }
+        let defers = |q: &WatchPath| {
+            matches!(q, WatchPath::Pause | WatchPath::Stall) || *p == WatchPath::Compact
+        };
+        // Spans may overlap: follow them to the last.
+        while let Some(later) = spans
+            .iter()
+            .filter(|(s2, e2, q)| defers(q) && *q != WatchPath::Compact && *s2 <= *e && *e < *e2)
+            .map(|(_, e2, _)| *e2)
+            .max()
+        {
+            *e = later;
+        }
+    }
+    disturbances
 }
 
 /// Stalls (start, end) of watcher `w`'s consumer; one still on at the end
@@ -74,7 +130,7 @@ fn stale_read_windows(history: &History) -> Vec<(u64, u64)> {
 /// streams are not judged silent. Each quiet stall counts as a check.
 fn check_stalls(
     history: &History,
-    others: &[Vec<(u64, u64)>],
+    others: &[Vec<(u64, u64, WatchPath)>],
     stalls: &[Vec<(u64, u64)>],
     v: &mut Verdict,
 ) {
@@ -84,7 +140,8 @@ fn check_stalls(
         let quiet = |s: u64, t: u64| {
             others
                 .iter()
-                .chain(&stale)
+                .map(|(ds, de, _)| (ds, de))
+                .chain(stale.iter().map(|(ds, de)| (ds, de)))
                 .all(|(ds, de)| de.saturating_add(bound) < s || *ds > t)
         };
         v.checks += stalls
@@ -118,6 +175,7 @@ fn check_stalls(
 
 pub(crate) fn watchers(
     history: &History,
+    fleet: usize,
     heal_at: Option<u64>,
     stop_all_at: Option<u64>,
     v: &mut Verdict,
@@ -136,21 +194,57 @@ pub(crate) fn watchers(
         .unwrap_or_default();
     let mut revision_times: BTreeMap<i64, u64> = BTreeMap::new();
     let mut made_applied = 0;
-    let own: Vec<Vec<(u64, u64)>> = (0..WATCHERS)
+    let own: Vec<Vec<(u64, u64, WatchPath)>> = (0..WATCHERS)
         .map(|w| watcher_disturbances(history, w))
         .collect();
     let stalls: Vec<Vec<(u64, u64)>> = (0..WATCHERS).map(|w| consumer_stalls(history, w)).collect();
     check_stalls(history, &own, &stalls, v);
-    // A stalled consumer takes nothing: its view lags for the stall.
-    let disturbed: Vec<Vec<(u64, u64)>> = own
+    // Everything a watcher must catch up after, each with its own bound:
+    // its start, its own faults and etcd's, and its consumer's stalls (a
+    // stalled consumer takes nothing: its view lags for the stall).
+    let nominal = Nominal::default();
+    let disturbed: Vec<Vec<(u64, u64, WatchPath, u64)>> = own
         .into_iter()
         .zip(&stalls)
         .map(|(mut d, s)| {
-            d.extend(s);
-            d
+            d.push((0, 0, WatchPath::Restart));
+            d.extend(s.iter().map(|(s, e)| (*s, *e, WatchPath::Stall)));
+            deferred(d)
+                .into_iter()
+                .map(|(s, e, p)| (s, e, p, nominal.catch_up_ms(p, fleet)))
+                .collect()
         })
         .collect();
-    let settled = |w: usize, t: u64| disturbed[w].iter().all(|(s, e)| *e + bound < t || *s > t);
+    let settled = |w: usize, t: u64| {
+        disturbed[w]
+            .iter()
+            .all(|(s, e, _, b)| e.saturating_add(*b) < t || *s > t)
+    };
+    // Per watcher, each end of a disturbance that left nothing else of
+    // its on or within its bound: (end, path, bound), in time order; the
+    // time the watcher's view then takes to be complete is measured
+    // against its bound.
+    let mut clears: Vec<Vec<(u64, WatchPath, u64)>> = disturbed
+        .iter()
+        .map(|d| {
+            let mut c: Vec<(u64, WatchPath, u64)> = d
+                .iter()
+                .filter(|(_, e, _, _)| *e != u64::MAX)
+                .enumerate()
+                // Nothing else still on, or still within its bound: the
+                // catch-up is this path's alone.
+                .filter(|(i, (_, e, _, _))| {
+                    !d.iter().enumerate().any(|(j, (s2, e2, _, b2))| {
+                        j != *i && s2 <= e && *e <= e2.saturating_add(*b2) && !(e2 == e && s2 == e)
+                    })
+                })
+                .map(|(_, (_, e, p, b))| (*e, *p, *b))
+                .collect();
+            c.sort_unstable();
+            c.dedup_by_key(|c| c.0);
+            c
+        })
+        .collect();
     // Replayed views, the last revision seen, and whether synced.
     let mut views: Vec<HostView> = vec![HostView::new(); WATCHERS];
     // The full record each watcher's events gave each host.
@@ -168,7 +262,6 @@ pub(crate) fn watchers(
         }
     }
     let mut last_rev = [0i64; WATCHERS];
-    let mut synced_at: Vec<Option<u64>> = vec![None; WATCHERS];
     // A revision that went back (the differences of a restore come before
     // its `Restored`): when, and from what.
     let mut went_back: Vec<Option<(u64, i64)>> = vec![None; WATCHERS];
@@ -256,7 +349,6 @@ pub(crate) fn watchers(
                     views[w].clear();
                     records[w].clear();
                     last_rev[w] = 0;
-                    synced_at[w] = None;
                     went_back[w] = None;
                     wiped[w] = 0;
                     // Its first listing may come from a member behind the
@@ -342,11 +434,8 @@ pub(crate) fn watchers(
                         .insert(index, event.mod_revision.unwrap_or(0))
                         .is_some(),
                     WatcherEventKind::Down => view.remove(&index).is_some(),
-                    WatcherEventKind::Synced => {
-                        synced_at[w].get_or_insert(r.at_ms);
-                        true
-                    }
-                    WatcherEventKind::Resynced
+                    WatcherEventKind::Synced
+                    | WatcherEventKind::Resynced
                     | WatcherEventKind::Restored
                     | WatcherEventKind::Retrying => true,
                 };
@@ -423,11 +512,26 @@ pub(crate) fn watchers(
                     let alive = samples
                         .get(w)
                         .is_some_and(|s| s.condition == Condition::Alive);
-                    let since_sync = synced_at[w].is_some_and(|s| s + bound <= at);
-                    if !(alive && since_sync && settled(w, at)) {
+                    if !alive {
                         continue;
                     }
-                    check_complete(w, at, &etcd, &views[w], v);
+                    let missing = first_missing(at, &etcd, &views[w]);
+                    caught_up(at, missing.is_none(), &disturbed[w], &mut clears[w], v);
+                    if !settled(w, at) {
+                        continue;
+                    }
+                    v.checks += 1;
+                    if let Some((host, truth)) = missing {
+                        v.violate(
+                            Invariant::WatcherComplete,
+                            at,
+                            None,
+                            format!(
+                                "watcher {w}: host-{host} is {truth:?} in etcd (unchanged for 1 s) but {:?} in its view",
+                                views[w].get(&host)
+                            ),
+                        );
+                    }
                 }
             }
             _ => {}
@@ -570,37 +674,49 @@ fn check_converged(
     }
 }
 
-/// Every host whose key has not changed for the last second (per etcd's
-/// exact change log, folded into `etcd` up to `at`) must be in the replayed
-/// view exactly as etcd has it.
-fn check_complete(
-    w: usize,
+/// The first host whose key has not changed for the last second (per
+/// etcd's exact change log, folded into `etcd` up to `at`) but is not in
+/// the replayed view exactly as etcd has it: (host, etcd's mod revision).
+fn first_missing(
     at: u64,
     etcd: &BTreeMap<usize, (Option<i64>, u64)>,
     view: &HostView,
-    v: &mut Verdict,
-) {
+) -> Option<(usize, Option<i64>)> {
     // Hosts etcd never had but the view does: absent, and never changed.
     let unseen = view.keys().filter(|h| !etcd.contains_key(h));
-    let hosts = etcd
-        .iter()
+    etcd.iter()
         .map(|(h, (truth, t))| (*h, *truth, Some(*t)))
-        .chain(unseen.map(|h| (*h, None, None)));
-    for (host, truth, changed_at) in hosts {
-        if changed_at.is_some_and(|t| t + 1000 > at) {
-            continue;
+        .chain(unseen.map(|h| (*h, None, None)))
+        .filter(|(_, _, changed_at)| !changed_at.is_some_and(|t| t + 1000 > at))
+        .find(|(host, truth, _)| view.get(host).copied() != *truth)
+        .map(|(host, truth, _)| (host, truth))
+}
+
+/// Times a watcher's catch-up after each clear in `clears` (see
+/// [`watchers`]): the first sample at or after the clear where its view is
+/// `complete`, unless another disturbance of it began meanwhile. Each is
+/// recorded by path and as a share of its path's bound.
+fn caught_up(
+    at: u64,
+    complete: bool,
+    disturbed: &[(u64, u64, WatchPath, u64)],
+    clears: &mut Vec<(u64, WatchPath, u64)>,
+    v: &mut Verdict,
+) {
+    clears.retain(|(e, path, bound)| {
+        if *e > at {
+            return true;
         }
-        v.checks += 1;
-        if view.get(&host).copied() != truth {
-            v.violate(
-                Invariant::WatcherComplete,
-                at,
-                None,
-                format!(
-                    "watcher {w}: host-{host} is {truth:?} in etcd (unchanged for 1 s) but {:?} in its view",
-                    view.get(&host)
-                ),
-            );
+        if disturbed.iter().any(|(s, _, _, _)| e < s && *s <= at) {
+            return false;
         }
-    }
+        if !complete {
+            return true;
+        }
+        let took = at - e;
+        v.catch_up_by_kind.push((path.label(), took));
+        v.catch_up_permille_of_bound
+            .push(took * 1000 / bound.max(&1));
+        false
+    });
 }

@@ -15,7 +15,9 @@ use coord_sim::checker::Invariant;
 use coord_sim::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
 use coord_sim::harness::Wrap;
 use coord_sim::runner::run_case_with;
-use coord_sim::schedule::{Case, Shape};
+use coord_sim::schedule::{
+    Case, ContenderKind, ContenderSpec, Direction, Fault, Generator, Shape, TimedFault,
+};
 
 /// Runs seeds 1..=max with `wrap`; returns the first seed whose verdict
 /// has a violation of `invariant`.
@@ -33,10 +35,18 @@ fn first_catch_in<W: Wrap>(
 ) -> Option<u64> {
     (1..=max).find(|seed| {
         let r = run_case_with(&Case::generate(*seed, shape), wrap.clone());
-        r.verdict
+        let caught = r
+            .verdict
             .violations
             .iter()
-            .any(|v| invariants.contains(&v.invariant))
+            .find(|v| invariants.contains(&v.invariant));
+        if let Some(v) = caught {
+            println!(
+                "seed {seed}: {:?} at {} ms: {}",
+                v.invariant, v.at_ms, v.detail
+            );
+        }
+        caught.is_some()
     })
 }
 
@@ -264,19 +274,27 @@ fn the_real_client_passes_the_seeds_the_broken_ones_fail() {
 }
 
 /// Edits every message of every watch stream with `.0` (as a buggy proxy
-/// or filter might).
+/// or filter might); a message for which it returns true is delivered a
+/// second late (as a lagging watch would), and every one after it too.
 #[derive(Clone)]
-struct WatchEdited(fn(&mut coord::WatchMessage));
+struct WatchEdited(Edit);
+type Edit = fn(&mut coord::WatchMessage) -> bool;
 #[derive(Clone)]
-struct WatchEditedApi(SimEtcd, fn(&mut coord::WatchMessage));
-struct EditedEvents(SimWatchEvents, fn(&mut coord::WatchMessage));
+struct WatchEditedApi(SimEtcd, Edit);
+struct EditedEvents(SimWatchEvents, Edit);
 
-/// Drops the delete events whose key `drop` selects.
-fn drop_deletes(msg: &mut coord::WatchMessage, drop: fn(&coord::Key) -> bool) {
+/// Drops the delete events whose key `drop` selects (on time).
+fn drop_deletes(msg: &mut coord::WatchMessage, drop: fn(&coord::Key) -> bool) -> bool {
     msg.events.retain(|e| match e {
         coord_core::kv::WatchEvent::Delete { key, .. } => !drop(key),
         coord_core::kv::WatchEvent::Put { .. } => true,
     });
+    false
+}
+
+/// An election or lock key (not a host's).
+fn queue_key(key: &coord::Key) -> bool {
+    !key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes())
 }
 
 /// Every delete: host watchers never see a host go down.
@@ -285,9 +303,14 @@ const ALL_DELETES: WatchEdited = WatchEdited(|msg| drop_deletes(msg, |_| true));
 /// The election and lock queues' deletes: waiters and leaders never learn
 /// their key was deleted, waiters never see predecessors go, observers
 /// keep leaders that left.
-const QUEUE_DELETES: WatchEdited = WatchEdited(|msg| {
-    drop_deletes(msg, |key| {
-        !key.as_bytes().starts_with(coord::DEFAULT_PREFIX.as_bytes())
+const QUEUE_DELETES: WatchEdited = WatchEdited(|msg| drop_deletes(msg, queue_key));
+
+/// Every message that deletes an election or lock key, a second late:
+/// successors learn late that they lead.
+const LATE_QUEUE_DELETES: WatchEdited = WatchEdited(|msg| {
+    msg.events.iter().any(|e| match e {
+        coord_core::kv::WatchEvent::Delete { key, .. } => queue_key(key),
+        coord_core::kv::WatchEvent::Put { .. } => false,
     })
 });
 
@@ -297,15 +320,12 @@ const QUEUE_DELETES: WatchEdited = WatchEdited(|msg| {
 const VALUES_PADDED: WatchEdited = WatchEdited(|msg| {
     for e in &mut msg.events {
         if let coord_core::kv::WatchEvent::Put { kv, .. } = e {
-            if kv
-                .key
-                .as_bytes()
-                .starts_with(coord::DEFAULT_PREFIX.as_bytes())
-            {
+            if !queue_key(&kv.key) {
                 kv.value.push(b' ');
             }
         }
     }
+    false
 });
 
 impl Wrap for WatchEdited {
@@ -318,8 +338,12 @@ impl Wrap for WatchEdited {
 impl coord::WatchEvents for EditedEvents {
     async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
         let mut m = self.0.next().await?;
-        if let Ok(msg) = &mut m {
-            (self.1)(msg);
+        let late = match &mut m {
+            Ok(msg) => (self.1)(msg),
+            Err(_) => false,
+        };
+        if late {
+            madsim::time::sleep(std::time::Duration::from_secs(1)).await;
         }
         Some(m)
     }
@@ -571,6 +595,19 @@ enum Slowed {
     Probe,
     /// Keep-alives half as often (a revoke noticed later).
     Refresh,
+    /// Host watchers probing a quiet stream half as often (a stalled
+    /// stream noticed later).
+    WatcherProbe,
+    /// Host watchers waiting twice as long for a request (a probe of a
+    /// stalled stream given up later).
+    WatcherRequest,
+    /// Every backoff delay and cut of the host watchers twice as long.
+    WatcherBackoff,
+    /// Every backoff delay and cut of the election and lock processes'
+    /// sessions twice as long.
+    SessionBackoff,
+    /// Sessions' keep-alives half as often.
+    SessionRefresh,
 }
 
 impl Wrap for Slowed {
@@ -584,26 +621,67 @@ impl Wrap for Slowed {
                     request_timeout: nominal.request_timeout * 2,
                 })
             }
-            Slowed::Backoff | Slowed::Refresh => etcd,
+            _ => etcd,
         }
     }
     fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
         match self {
             Slowed::Backoff => coord::LivenessOptions {
-                backoff: coord::BackoffConfig {
-                    initial: nominal.backoff.initial * 2,
-                    cap: nominal.backoff.cap * 2,
-                    fast_cap: nominal.backoff.fast_cap * 2,
-                    ..nominal.backoff.clone()
-                },
+                backoff: twice_as_slow(&nominal.backoff),
                 ..nominal
             },
             Slowed::Refresh => coord::LivenessOptions {
                 refresh: Some(nominal.ttl * 2 / 3),
                 ..nominal
             },
-            Slowed::Probe => nominal,
+            _ => nominal,
         }
+    }
+    fn watcher_options(&self, nominal: coord::WatcherOptions) -> coord::WatcherOptions {
+        match self {
+            Slowed::WatcherProbe => coord::WatcherOptions {
+                probe_interval: nominal.probe_interval * 2,
+                ..nominal
+            },
+            Slowed::WatcherRequest => coord::WatcherOptions {
+                request_timeout: nominal.request_timeout * 2,
+                ..nominal
+            },
+            Slowed::WatcherBackoff => coord::WatcherOptions {
+                backoff: twice_as_slow(&nominal.backoff),
+                ..nominal
+            },
+            _ => nominal,
+        }
+    }
+    fn session_options(&self, nominal: coord::SessionOptions) -> coord::SessionOptions {
+        self.session(nominal)
+    }
+}
+
+impl Slowed {
+    fn session(&self, nominal: coord::SessionOptions) -> coord::SessionOptions {
+        match self {
+            Slowed::SessionBackoff => coord::SessionOptions {
+                backoff: twice_as_slow(&nominal.backoff),
+                ..nominal
+            },
+            Slowed::SessionRefresh => coord::SessionOptions {
+                refresh: Some(nominal.ttl * 2 / 3),
+                ..nominal
+            },
+            _ => nominal,
+        }
+    }
+}
+
+/// Every delay and cap of `nominal` twice as long.
+fn twice_as_slow(nominal: &coord::BackoffConfig) -> coord::BackoffConfig {
+    coord::BackoffConfig {
+        initial: nominal.initial * 2,
+        cap: nominal.cap * 2,
+        fast_cap: nominal.fast_cap * 2,
+        ..nominal.clone()
     }
 }
 
@@ -625,6 +703,81 @@ fn every_heal_path_run_twice_as_slow_is_caught() {
         let seed = first_catch_any(slowed, invariants, 300);
         assert!(seed.is_some(), "{slowed:?} twice as slow went unnoticed");
         println!("{slowed:?}: caught by seed {seed:?}");
+    }
+}
+
+/// Host watchers' streams stalled by a lost message, over and over: a
+/// crashed host comes back (a put) while both watchers are cut off from
+/// etcd's replies for 600 ms, so each watcher's stream silently loses that
+/// event and must notice by its own probe (quiet for the probe interval,
+/// then unanswered for a request timeout). Eight times, at phases that
+/// drift against the watchers' probe cycle.
+fn stalled_streams_case() -> Case {
+    let mut faults = Vec::new();
+    for k in 0..8u64 {
+        let at = 20_000 + k * 23_300;
+        faults.push(TimedFault {
+            at_ms: at,
+            fault: Fault::Crash {
+                host: usize::try_from(k % 3).unwrap_or(0),
+                down_ms: 1_000,
+            },
+        });
+        for watcher in 0..2 {
+            faults.push(TimedFault {
+                at_ms: at + 900,
+                fault: Fault::PartitionWatcher {
+                    watcher,
+                    direction: Direction::FromEtcd,
+                    ms: 600,
+                },
+            });
+        }
+    }
+    Case {
+        seed: 11,
+        ttls: vec![2; 3],
+        faults,
+        phase1_ms: 220_000,
+        contenders: Vec::new(),
+        pool_names: 0,
+        generator: Generator::V6,
+    }
+}
+
+#[test]
+fn the_real_watchers_notice_every_stalled_stream_in_time() {
+    let r = coord_sim::runner::run_case(&stalled_streams_case());
+    assert!(r.passed(), "{:?}", r.verdict.violations);
+}
+
+/// Each host watcher path run twice as slow fails: a view still
+/// incomplete past its path's bound, or a stale view while its status
+/// says it is watching. The probe interval and the backoff within 800
+/// generated seeds; the request timeout, which only the probe of a
+/// stalled stream waits out (when etcd answers again, the prober gives up
+/// requests sent into the silence), on [`stalled_streams_case`].
+#[test]
+fn every_watcher_path_run_twice_as_slow_is_caught() {
+    let invariants = [Invariant::WatcherComplete, Invariant::WatcherSaysStale];
+    for slowed in [Slowed::WatcherProbe, Slowed::WatcherBackoff] {
+        let seed = first_catch_any(slowed, &invariants, 800);
+        assert!(seed.is_some(), "{slowed:?} twice as slow went unnoticed");
+        println!("{slowed:?}: caught by seed {seed:?}");
+    }
+    for slowed in [Slowed::WatcherProbe, Slowed::WatcherRequest] {
+        let r = run_case_with(&stalled_streams_case(), slowed);
+        let caught = r
+            .verdict
+            .violations
+            .iter()
+            .find(|v| invariants.contains(&v.invariant));
+        assert!(
+            caught.is_some(),
+            "{slowed:?} twice as slow went unnoticed on stalled streams: {:?}",
+            r.verdict.violations
+        );
+        println!("{slowed:?} on stalled streams: {caught:?}");
     }
 }
 
@@ -663,4 +816,156 @@ fn a_grant_misreporting_its_ttl_is_caught_by_the_record_checks() {
         seed.is_some(),
         "the checker missed a TTL etcd never granted"
     );
+}
+
+// Reports every key a transaction reads under an election or lock name
+// with its create revision one higher (as a client mis-decoding the reply
+// might): candidates take a token etcd never gave their key.
+newtype_wrapper!(ShiftedTokens, ShiftedTokensApi);
+
+impl EtcdApi for ShiftedTokensApi {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = SimWatchEvents;
+    delegate!(revoke);
+    delegate!(keep_alive);
+    delegate!(watch);
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.0.lease_grant(ttl_secs).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        let mut response = self.0.txn(txn).await?;
+        for op in &mut response.responses {
+            if let coord_core::io::TxnOpResponse::Get(kvs) = op {
+                for kv in kvs.iter_mut() {
+                    if !kv
+                        .key
+                        .as_bytes()
+                        .starts_with(coord::DEFAULT_PREFIX.as_bytes())
+                    {
+                        kv.create_revision = Revision(kv.create_revision.0 + 1);
+                    }
+                }
+            }
+        }
+        Ok(response)
+    }
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        self.0.range(request).await
+    }
+}
+
+#[test]
+fn a_misread_fencing_token_is_caught_by_the_record_checks() {
+    let seed = first_catch(ShiftedTokens, Invariant::ElectionRecords, 20);
+    assert!(
+        seed.is_some(),
+        "the checker missed a token etcd never gave the key"
+    );
+}
+
+/// Successors that learn a second late that they lead (failover and
+/// handover slowed) are caught by the succession bound.
+#[test]
+fn successors_that_learn_late_are_caught() {
+    let seed = first_catch(LATE_QUEUE_DELETES, Invariant::PromptSuccession, 20);
+    assert!(
+        seed.is_some(),
+        "the checker missed successors elected a second late"
+    );
+}
+
+/// Election and lock processes whose sessions lose their lease over and
+/// over: every 17.3 s (drifting against their keep-alive interval) a
+/// name's leader has its lease revoked from outside, a process is paused
+/// for 4.5 s and another cut off from etcd for 6 s (each longer than the
+/// TTL), in turn, and etcd loses its leader for 1.5-3.9 s.
+fn session_faults_case() -> Case {
+    let contenders = vec![
+        ContenderSpec {
+            kind: ContenderKind::Candidate,
+            ttl: 3,
+        },
+        ContenderSpec {
+            kind: ContenderKind::Candidate,
+            ttl: 3,
+        },
+        ContenderSpec {
+            kind: ContenderKind::Locker,
+            ttl: 3,
+        },
+        ContenderSpec {
+            kind: ContenderKind::Pool,
+            ttl: 3,
+        },
+    ];
+    let mut faults = Vec::new();
+    for k in 0..7u64 {
+        let at = 15_000 + k * 17_300;
+        let i = usize::try_from(k).unwrap_or(0);
+        faults.push(TimedFault {
+            at_ms: at,
+            fault: Fault::RevokeLeaderLease { name: i % 4 },
+        });
+        faults.push(TimedFault {
+            at_ms: at + 6_000,
+            fault: Fault::ContenderPartition {
+                contender: i % 4,
+                direction: Direction::Both,
+                ms: 6_000,
+            },
+        });
+        faults.push(TimedFault {
+            at_ms: at + 11_000,
+            fault: Fault::LeaderChange {
+                unavailable_ms: 1_500 + k * 400,
+            },
+        });
+        faults.push(TimedFault {
+            at_ms: at + 4_000,
+            fault: Fault::ContenderPause {
+                contender: (i + 2) % 4,
+                ms: 4_500,
+            },
+        });
+    }
+    Case {
+        seed: 13,
+        ttls: vec![2; 2],
+        faults,
+        phase1_ms: 140_000,
+        contenders,
+        pool_names: 2,
+        generator: Generator::V6,
+    }
+}
+
+/// The real sessions heal within their paths' bounds on
+/// [`session_faults_case`], and the checker times their heals.
+#[test]
+fn the_real_sessions_heal_in_time() {
+    let r = coord_sim::runner::run_case(&session_faults_case());
+    assert!(r.passed(), "{:?}", r.verdict.violations);
+    let heals = r.verdict.session_heal_by_kind.len();
+    assert!(heals >= 20, "only {heals} session heals timed");
+}
+
+/// Each session heal path run twice as slow (the election and lock
+/// processes' keep-alive interval within 300 seeds, their backoff within
+/// 1,200: most of a session's heal is the prober's interval and the round
+/// trips, which the backoff does not slow) fails a seed: a session still
+/// reporting a lease etcd revoked after a keep-alive interval, or one
+/// registered again past its path's bound.
+#[test]
+fn every_session_heal_path_run_twice_as_slow_is_caught() {
+    let invariants = [Invariant::SessionHealOnTime, Invariant::SessionLeaseLives];
+    for (slowed, max) in [
+        (Slowed::SessionRefresh, 300),
+        (Slowed::SessionBackoff, 1200),
+    ] {
+        let seed = first_catch_any(slowed, &invariants, max);
+        assert!(seed.is_some(), "{slowed:?} twice as slow went unnoticed");
+        println!("{slowed:?}: caught by seed {seed:?}");
+    }
 }

@@ -517,6 +517,15 @@ impl LeaseEngine {
             let deadline = now + self.config.request_timeout;
             self.orphans.issue(&mut self.out, lease, deadline);
         }
+        if reason == AttemptFailure::LeaseGone {
+            // etcd answered that the lease is gone (it expired while the
+            // process was paused, say): etcd works, whatever failed
+            // before, so the retry starts from the first attempt, as after
+            // a lease lost the same way. Only failures that follow grow the
+            // delay; every lease-gone answer is an answer from etcd, so
+            // retrying at the first attempt's pace loads no silent etcd.
+            self.backoff.reset();
+        }
         let next_at = now + self.backoff.next_delay(reason.class());
         self.out.event(Event::Retrying(Retry {
             attempt: self.backoff.attempt(),

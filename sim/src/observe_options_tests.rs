@@ -1,0 +1,149 @@
+//! An observer honours the request timeout, probe interval and backoff it
+//! is given (not coord's defaults): against an etcd whose watch streams
+//! go quiet after `Created` and never answer a progress request, the
+//! observer gives its stream up after the probe interval plus the request
+//! timeout, and watches again after a first-attempt backoff.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use coord::{
+    BackoffConfig, EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId,
+    Revision, SessionOptions, WatchControl, WatchEvents, WatchMessage,
+};
+use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
+use coord_core::ClusterId;
+use madsim::time::Instant;
+
+/// Lists an empty prefix at revision 1; every watch sends `Created`, then
+/// nothing. Records when each watch was opened.
+#[derive(Clone)]
+struct QuietStreams {
+    watches: Arc<Mutex<Vec<Instant>>>,
+}
+
+struct NoLease;
+
+impl KeepAliveSender for NoLease {
+    async fn send(&mut self) -> Result<(), EtcdError> {
+        Err(EtcdError::LeaseNotFound)
+    }
+}
+
+impl KeepAliveReplies for NoLease {
+    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        None
+    }
+}
+
+/// Takes progress requests and never answers them.
+struct Deaf;
+
+impl WatchControl for Deaf {
+    async fn request_progress(&mut self) -> Result<(), EtcdError> {
+        Ok(())
+    }
+    async fn cancel(&mut self) {}
+}
+
+/// `Created`, then silence.
+struct Quiet {
+    created: bool,
+}
+
+impl WatchEvents for Quiet {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        if std::mem::replace(&mut self.created, true) {
+            std::future::pending::<()>().await;
+        }
+        Some(Ok(WatchMessage {
+            kind: MessageKind::Created,
+            events: Vec::new(),
+            revision: Revision(1),
+            cluster: ClusterId(1),
+        }))
+    }
+}
+
+impl EtcdApi for QuietStreams {
+    type Keeper = NoLease;
+    type Replies = NoLease;
+    type WatchControl = Deaf;
+    type WatchEvents = Quiet;
+
+    async fn range(&self, _request: RangeRequest) -> Result<Listing, EtcdError> {
+        Ok(Listing {
+            cluster: ClusterId(1),
+            ..Listing::complete(Vec::new(), Revision(1))
+        })
+    }
+    async fn txn(&self, _txn: Txn) -> Result<TxnResponse, EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn watch(
+        &self,
+        _key: Vec<u8>,
+        _prefix: bool,
+        _start_revision: Revision,
+    ) -> Result<(Deaf, Quiet), EtcdError> {
+        self.watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Instant::now());
+        Ok((Deaf, Quiet { created: false }))
+    }
+    async fn lease_grant(&self, _ttl_secs: i64) -> Result<Granted, EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(NoLease, NoLease), EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+}
+
+#[test]
+fn an_observer_runs_on_the_timeouts_and_backoff_it_is_given() {
+    // Every one far from its default (probe 10 s, request 5 s, first
+    // backoff 100 ms): the next watch is due 1 s + 0.5 s + 1.5-3 s after
+    // the first. With the default probe interval it would come after 11 s,
+    // with the default request timeout after 7.5 s, with the default
+    // backoff after 1.6 s.
+    let opts = SessionOptions {
+        probe_interval: Duration::from_secs(1),
+        request_timeout: Duration::from_millis(500),
+        backoff: BackoffConfig {
+            initial: Duration::from_secs(3),
+            fast_cap: Duration::from_secs(3),
+            ..BackoffConfig::default()
+        },
+        seed: Some(7),
+        ..SessionOptions::default()
+    };
+    let rt = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
+    let watches = rt.block_on(async move {
+        let api = QuietStreams {
+            watches: Arc::default(),
+        };
+        let observe = coord::Observe::start_with(api.clone(), "options", &opts);
+        assert!(observe.is_ok(), "a good name was refused");
+        madsim::time::sleep(Duration::from_secs(6)).await;
+        let watches = api
+            .watches
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        drop(observe);
+        watches
+    });
+    assert!(
+        watches.len() >= 2,
+        "the quiet stream was never given up: {watches:?}"
+    );
+    let gap = watches[1] - watches[0];
+    assert!(
+        gap >= Duration::from_millis(2900) && gap <= Duration::from_millis(4700),
+        "watched again {gap:?} after the first watch (due after 3-4.5 s)"
+    );
+}
