@@ -90,6 +90,10 @@ pub enum Invariant {
     /// A waiter whose key became its name's oldest, undisturbed, did not
     /// report itself elected within [`SUCCESSION_MS`](crate::election_checker::SUCCESSION_MS).
     PromptSuccession,
+    /// A campaign failed with an error that is not a loss (its key or
+    /// lease gone): etcd answered or the process was cut off, so only a
+    /// loss may end a campaign.
+    CampaignFailsOnlyWhenLost,
     /// Two handles of one name believed they lead while both keys existed.
     OneLeader,
     /// A leader's belief outlived its key (beyond the bound).

@@ -159,6 +159,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
         .collect();
     one_leader_and_beliefs(case, &log, &disturbed, &samples, v);
     elected_records(history, &log, v);
+    campaigns_fail_only_when_lost(history, v);
     prompt_succession(case, history, &log, &owners, &disturbed, v);
     fenced(&log, v);
     if let Some(heal) = heal_at {
@@ -229,6 +230,33 @@ fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdict) {
                 format!(
                     "contender {contender} elected for {name} with {key}, token {token}: {problem}"
                 ),
+            );
+        }
+    }
+}
+
+/// A campaign ends elected, not elected (a try), withdrawn at its time
+/// limit, or lost (its key or its session's lease gone, or the session
+/// closed): in every run of the simulator, faults included, any other
+/// error (a task gone, a refusal) is a bug.
+fn campaigns_fail_only_when_lost(history: &History, v: &mut Verdict) {
+    for r in &history.records {
+        let What::Contender {
+            contender,
+            name,
+            event: ContenderEvent::Failed { error, lost },
+            ..
+        } = &r.what
+        else {
+            continue;
+        };
+        v.checks += 1;
+        if !lost {
+            v.violate(
+                Invariant::CampaignFailsOnlyWhenLost,
+                r.at_ms,
+                None,
+                format!("contender {contender}'s campaign for {name} failed: {error}"),
             );
         }
     }
