@@ -121,6 +121,9 @@ pub enum Invariant {
     ObserverComplete,
     /// An observer's last report was not etcd's settled leader.
     ObserverConverges,
+    /// An undisturbed observer reported a change of leader later than
+    /// [`SUCCESSION_MS`](crate::election_checker::SUCCESSION_MS).
+    ObserverPrompt,
     /// A returning fleet of 100 or more hosts sent more than
     /// [`HERD_BOUND_PERMILLE`] of its heal requests within
     /// [`HERD_WINDOW_MS`]: a thundering herd.

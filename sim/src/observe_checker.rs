@@ -7,13 +7,20 @@
 //!   the revisions between them, etcd's leader never changed without being
 //!   reported;
 //! - **converges**: just before everyone is stopped, every observer reports
-//!   the leader etcd has had for the last second.
+//!   the leader etcd has had for the last second;
+//! - **prompt**: a change of leader is reported within
+//!   [`SUCCESSION_MS`] by every observer whose process and etcd were
+//!   undisturbed (each disturbance's catch-up bound passed, as for the
+//!   host watchers).
 
 use std::collections::BTreeMap;
 
+use crate::bounds::{Nominal, WatchPath};
 use crate::checker::{Invariant, Verdict};
+use crate::election_checker::SUCCESSION_MS;
 use crate::history::{History, LogEntry, What};
-use crate::schedule::Case;
+use crate::schedule::{Case, WATCHERS};
+use crate::watcher_checker::{deferred, watcher_disturbances};
 
 /// A leader as the checker compares it: key, token, value.
 type Leader = Option<(String, i64, Vec<u8>)>;
@@ -74,6 +81,19 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
         .iter()
         .find(|r| matches!(r.what, What::StopAll))
         .map(|r| r.at_ms);
+    // Each watcher process's disturbances with their catch-up bounds (its
+    // start included; a queue holds at most one key per contender).
+    let nominal = Nominal::default();
+    let disturbed: Vec<Vec<(u64, u64, u64)>> = (0..WATCHERS)
+        .map(|w| {
+            let mut d = watcher_disturbances(history, w);
+            d.push((0, 0, WatchPath::Restart));
+            deferred(d)
+                .into_iter()
+                .map(|(s, e, p)| (s, e, nominal.catch_up_ms(p, case.contenders.len())))
+                .collect()
+        })
+        .collect();
     for name in case.names() {
         let truth = truth(log, &name);
         let mut seen: BTreeMap<usize, Vec<(u64, i64, &Leader)>> = BTreeMap::new();
@@ -92,6 +112,7 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
                 }
             }
         }
+        prompt(&name, &truth, &seen, &disturbed, stop_at, v);
         for (w, obs) in &seen {
             let restarted: Vec<u64> = restarts
                 .iter()
@@ -101,6 +122,53 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
             sound_and_complete(&name, *w, obs, &truth, (&compactions, &restarted), v);
             if let Some(stop) = stop_at {
                 converged(&name, *w, obs, &truth, stop, v);
+            }
+        }
+    }
+}
+
+/// Every change of `name`'s leader at revision `rev` (time `t`) is
+/// reported, by an observation at `rev` or later, within
+/// [`SUCCESSION_MS`] by every observer whose process was undisturbed from
+/// `t` to then (every disturbance's catch-up bound passed).
+fn prompt(
+    name: &str,
+    truth: &[(i64, u64, Leader)],
+    seen: &BTreeMap<usize, Vec<(u64, i64, &Leader)>>,
+    disturbed: &[Vec<(u64, u64, u64)>],
+    stop_at: Option<u64>,
+    v: &mut Verdict,
+) {
+    let changes = truth
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, _, l))| i.checked_sub(1).map_or(true, |p| truth[p].2 != *l))
+        .map(|(_, c)| c);
+    for (rev, t, leader) in changes {
+        let due = t + SUCCESSION_MS;
+        if stop_at.is_some_and(|s| due >= s) {
+            continue;
+        }
+        for (w, d) in disturbed.iter().enumerate() {
+            let quiet = d
+                .iter()
+                .all(|(s, e, b)| e.saturating_add(*b) < *t || *s > due);
+            if !quiet {
+                continue;
+            }
+            v.checks += 1;
+            let reported = seen
+                .get(&w)
+                .is_some_and(|obs| obs.iter().any(|(at, r, _)| *r >= *rev && *at <= due));
+            if !reported {
+                v.violate(
+                    Invariant::ObserverPrompt,
+                    due,
+                    None,
+                    format!(
+                        "watcher {w} had not reported {name}'s leader {leader:?} of revision {rev} (at {t} ms) {SUCCESSION_MS} ms later"
+                    ),
+                );
             }
         }
     }

@@ -22,7 +22,7 @@ fn ms(d: Duration) -> u64 {
 /// unanswered requests, and compactions (a resume across one lists
 /// again). A disturbance still on at the end of the history ends at
 /// `u64::MAX`.
-fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath)> {
+pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath)> {
     let mut out: Vec<(u64, u64, WatchPath)> = history
         .records
         .iter()
@@ -79,7 +79,7 @@ fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath
 /// it notice a broken stream or a compaction, and catch up. A compaction
 /// during any other disturbance ends with it too: the re-list it forces
 /// comes when the watcher resumes.
-fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, WatchPath)> {
+pub(crate) fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, WatchPath)> {
     let spans: Vec<(u64, u64, WatchPath)> = disturbances.clone();
     for (_, e, p) in &mut disturbances {
         if matches!(p, WatchPath::Pause | WatchPath::Stall) {

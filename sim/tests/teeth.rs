@@ -969,3 +969,14 @@ fn every_session_heal_path_run_twice_as_slow_is_caught() {
         println!("{slowed:?}: caught by seed {seed:?}");
     }
 }
+
+/// Observers that see a leader's key deleted a second late report the
+/// change of leader late: caught by the observers' promptness check.
+#[test]
+fn observers_that_learn_late_are_caught() {
+    let seed = first_catch(LATE_QUEUE_DELETES, Invariant::ObserverPrompt, 20);
+    assert!(
+        seed.is_some(),
+        "the checker missed observers reporting a second late"
+    );
+}
