@@ -82,16 +82,17 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
 pub(crate) fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, WatchPath)> {
     let spans: Vec<(u64, u64, WatchPath)> = disturbances.clone();
     for (_, e, p) in &mut disturbances {
-        if matches!(p, WatchPath::Pause | WatchPath::Stall) {
-            continue;
-        }
-        let defers = |q: &WatchPath| {
-            matches!(q, WatchPath::Pause | WatchPath::Stall) || *p == WatchPath::Compact
+        // Whether a span of kind `q` holds this disturbance's catch-up
+        // back until it ends.
+        let holds = |q: WatchPath| match *p {
+            WatchPath::Pause | WatchPath::Stall => false,
+            WatchPath::Compact => q != WatchPath::Compact,
+            _ => matches!(q, WatchPath::Pause | WatchPath::Stall),
         };
         // Spans may overlap: follow them to the last.
         while let Some(later) = spans
             .iter()
-            .filter(|(s2, e2, q)| defers(q) && *q != WatchPath::Compact && *s2 <= *e && *e < *e2)
+            .filter(|(s2, e2, q)| holds(*q) && *s2 <= *e && *e < *e2)
             .map(|(_, e2, _)| *e2)
             .max()
         {
