@@ -985,6 +985,35 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
             .filter(|(h, _, e, _)| *h == subject && began <= *e && *e <= at)
             .map(|(_, _, _, k)| nominal.heal_ms(*k, ttl))
             .fold(nominal.heal_ms(kind, ttl), u64::max);
+        // A partition or pause of its own hides what etcd did meanwhile
+        // (an outage that broke its stream, a revoke of its lease): the
+        // subject learns of it only after, along that path.
+        if let Some((_, since, _, _)) = own.iter().find(|(h, _, e, k)| {
+            *h == subject && *e == at && matches!(k, HealPath::Partition | HealPath::Pause)
+        }) {
+            let hidden = history.records.iter().filter_map(|r| match r.what {
+                What::Fault(Fault::LeaderChange { unavailable_ms: d }) => {
+                    Some((r.at_ms, r.at_ms + d, HealPath::LeaderChange))
+                }
+                What::Fault(Fault::DropReplies { ms: d }) => {
+                    Some((r.at_ms, r.at_ms + d, HealPath::UnansweredBlip))
+                }
+                What::Fault(Fault::Wipe { down_ms: d, .. }) => {
+                    Some((r.at_ms, r.at_ms + d, HealPath::Wiped))
+                }
+                _ => None,
+            });
+            let revoked = healers
+                .revokes
+                .iter()
+                .filter(|(t, h)| *h == subject && *since <= *t && *t <= at)
+                .map(|(t, _)| (*t, *t, HealPath::Revoked));
+            bound = hidden
+                .filter(|(s, e, _)| *s < at && *e > *since)
+                .chain(revoked)
+                .map(|(_, _, path)| nominal.heal_ms(path, ttl))
+                .fold(bound, u64::max);
+        }
         // Within a request timeout of etcd leaving requests unanswered, the
         // subject may still wait out a request whose reply was lost,
         // whatever cleared since.
