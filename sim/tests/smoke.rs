@@ -547,9 +547,9 @@ fn a_pause_across_a_deadline_is_not_taken_for_a_silent_etcd() {
 /// retried after a slow backoff because the prober never saw the blip;
 /// 7117050 (the campaign after the watcher bounds), a grant lost in a
 /// 0.4 s partition of its host, which no probe went into; and 7222677,
-/// 7225277, 7227699 and 7233314 (the 50,000-seed campaign on the session
-/// bounds), a wipe, an outside revoke or a leader change during the host's
-/// own partition or pause, learnt of only after it.
+/// 7225277, 7227699, 7233314 and 7241078 (the 50,000-seed campaign on the
+/// session bounds), a wipe, an outside revoke or a leader change during
+/// the host's own partition or pause, learnt of only after it.
 /// The bounds now cover these paths; each heal is timed and within them.
 #[test]
 fn heals_along_combined_paths_stay_within_their_bounds() {
