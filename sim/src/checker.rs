@@ -780,6 +780,7 @@ impl Healers {
 
     /// The election and lock processes' sessions.
     fn sessions(case: &Case, history: &History) -> Healers {
+        let leases = lease_log(history);
         Healers {
             samples: history
                 .records
@@ -823,11 +824,8 @@ impl Healers {
                 .iter()
                 .filter(|r| matches!(r.what, What::Fault(Fault::RevokeLeaderLease { .. })))
                 .filter_map(|r| {
-                    let lease = history.records.iter().find_map(|x| match &x.what {
-                        What::KeyRemovedOutside { lease, .. } if x.at_ms == r.at_ms => Some(*lease),
-                        _ => None,
-                    })?;
-                    let client = lease_log(history)?.get(&lease)?.client;
+                    let (_, lease) = history.removed_outside_at(r.at_ms)?;
+                    let client = leases?.get(&lease)?.client;
                     Some((r.at_ms, crate::contenders::contender_of(client)?))
                 })
                 .collect(),
@@ -923,6 +921,24 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         }
     }
     own.extend(open.iter().map(|(h, s, k)| (*h, *s, u64::MAX, *k)));
+    // Each etcd-wide outage with the path a subject whose own partition or
+    // pause hid it heals along.
+    let hidden: Vec<(u64, u64, HealPath)> = history
+        .records
+        .iter()
+        .filter_map(|r| match r.what {
+            What::Fault(Fault::LeaderChange { unavailable_ms: d }) => {
+                Some((r.at_ms, r.at_ms + d, HealPath::LeaderChange))
+            }
+            What::Fault(Fault::DropReplies { ms: d }) => {
+                Some((r.at_ms, r.at_ms + d, HealPath::UnansweredBlip))
+            }
+            What::Fault(Fault::Wipe { down_ms: d, .. }) => {
+                Some((r.at_ms, r.at_ms + d, HealPath::Wiped))
+            }
+            _ => None,
+        })
+        .collect();
     let probe_ms = ms(nominal.probe.interval);
     let healthy_at = |s: &Vec<bool>, subject: usize| s.get(subject).copied().unwrap_or(false);
     for (subject, at, mut kind) in clears {
@@ -991,24 +1007,14 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         if let Some((_, since, _, _)) = own.iter().find(|(h, _, e, k)| {
             *h == subject && *e == at && matches!(k, HealPath::Partition | HealPath::Pause)
         }) {
-            let hidden = history.records.iter().filter_map(|r| match r.what {
-                What::Fault(Fault::LeaderChange { unavailable_ms: d }) => {
-                    Some((r.at_ms, r.at_ms + d, HealPath::LeaderChange))
-                }
-                What::Fault(Fault::DropReplies { ms: d }) => {
-                    Some((r.at_ms, r.at_ms + d, HealPath::UnansweredBlip))
-                }
-                What::Fault(Fault::Wipe { down_ms: d, .. }) => {
-                    Some((r.at_ms, r.at_ms + d, HealPath::Wiped))
-                }
-                _ => None,
-            });
             let revoked = healers
                 .revokes
                 .iter()
                 .filter(|(t, h)| *h == subject && *since <= *t && *t <= at)
                 .map(|(t, _)| (*t, *t, HealPath::Revoked));
             bound = hidden
+                .iter()
+                .copied()
                 .filter(|(s, e, _)| *s < at && *e > *since)
                 .chain(revoked)
                 .map(|(_, _, path)| nominal.heal_ms(path, ttl))

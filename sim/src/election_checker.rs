@@ -170,7 +170,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     losing_tries_write_nothing(history, &log, &owners, &disturbed, v);
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
-    session_lease_lives(case, history, &samples, &disturbed, v);
+    session_lease_lives(case, history, &owners, &samples, &disturbed, v);
     latencies(case, history, &log, &samples, v);
     crate::observe_checker::check(case, history, &log, v);
 }
@@ -569,12 +569,7 @@ fn no_zombie(
             continue;
         };
         // The key removal recorded with the fault.
-        let Some((key, lease)) = history.records.iter().find_map(|x| match &x.what {
-            What::KeyRemovedOutside { key, lease } if x.at_ms == r.at_ms => {
-                Some((key.clone(), *lease))
-            }
-            _ => None,
-        }) else {
+        let Some((key, lease)) = history.removed_outside_at(r.at_ms) else {
             continue;
         };
         let Some(c) = owner(owners, lease) else {
@@ -915,12 +910,12 @@ fn loss_reported(history: &History, samples: &[(u64, &Vec<ContenderSample>)], v:
 fn session_lease_lives(
     case: &Case,
     history: &History,
+    owners: &BTreeMap<i64, u64>,
     samples: &[(u64, &Vec<ContenderSample>)],
     disturbed: &[Vec<(u64, u64)>],
     v: &mut Verdict,
 ) {
     let nominal = crate::bounds::Nominal::sessions();
-    let owners = crate::checker::lease_log(history);
     let ttl_of = |c: usize| case.contenders.get(c).map_or(10, |s| s.ttl).max(2);
     // Each key removed from outside: its lease, when, and for how long its
     // session may still report that lease (if it was revoked): one
@@ -931,10 +926,7 @@ fn session_lease_lives(
         .iter()
         .filter_map(|r| match &r.what {
             What::KeyRemovedOutside { lease, .. } => {
-                let owner = owners
-                    .and_then(|o| o.get(lease))
-                    .and_then(|life| contender_of(life.client));
-                let window = match owner {
+                let window = match owner(owners, *lease) {
                     Some(c) => {
                         let ttl = ttl_of(c);
                         let span = ttl * 1000;

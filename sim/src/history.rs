@@ -409,6 +409,17 @@ pub struct History {
 }
 
 impl History {
+    /// The key an outside delete or revoke removed at `at_ms` (recorded
+    /// with its fault), and its lease.
+    pub fn removed_outside_at(&self, at_ms: u64) -> Option<(&str, i64)> {
+        self.records.iter().find_map(|r| match &r.what {
+            What::KeyRemovedOutside { key, lease } if r.at_ms == at_ms => {
+                Some((key.as_str(), *lease))
+            }
+            _ => None,
+        })
+    }
+
     /// Spans (begin, end) from a record `begins` selects to the next one
     /// `ends` selects (another begin while one is open does not restart
     /// it); one still open at the end of the history ends at `u64::MAX`.

@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::bounds::{Nominal, WatchPath};
+use crate::bounds::WatchPath;
 use crate::checker::{Invariant, Verdict};
 use crate::election_checker::SUCCESSION_MS;
 use crate::history::{History, LogEntry, What};
 use crate::schedule::{Case, WATCHERS};
-use crate::watcher_checker::{deferred, watcher_disturbances};
+use crate::watcher_checker::{bounded, watcher_disturbances};
 
 /// A leader as the checker compares it: key, token, value.
 type Leader = Option<(String, i64, Vec<u8>)>;
@@ -83,16 +83,8 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
         .map(|r| r.at_ms);
     // Each watcher process's disturbances with their catch-up bounds (its
     // start included; a queue holds at most one key per contender).
-    let nominal = Nominal::default();
-    let disturbed: Vec<Vec<(u64, u64, u64)>> = (0..WATCHERS)
-        .map(|w| {
-            let mut d = watcher_disturbances(history, w);
-            d.push((0, 0, WatchPath::Restart));
-            deferred(d)
-                .into_iter()
-                .map(|(s, e, p)| (s, e, nominal.catch_up_ms(p, case.contenders.len())))
-                .collect()
-        })
+    let disturbed: Vec<Vec<(u64, u64, WatchPath, u64)>> = (0..WATCHERS)
+        .map(|w| bounded(watcher_disturbances(history, w), case.contenders.len()))
         .collect();
     for name in case.names() {
         let truth = truth(log, &name);
@@ -135,7 +127,7 @@ fn prompt(
     name: &str,
     truth: &[(i64, u64, Leader)],
     seen: &BTreeMap<usize, Vec<(u64, i64, &Leader)>>,
-    disturbed: &[Vec<(u64, u64, u64)>],
+    disturbed: &[Vec<(u64, u64, WatchPath, u64)>],
     stop_at: Option<u64>,
     v: &mut Verdict,
 ) {
@@ -152,7 +144,7 @@ fn prompt(
         for (w, d) in disturbed.iter().enumerate() {
             let quiet = d
                 .iter()
-                .all(|(s, e, b)| e.saturating_add(*b) < *t || *s > due);
+                .all(|(s, e, _, b)| e.saturating_add(*b) < *t || *s > due);
             if !quiet {
                 continue;
             }

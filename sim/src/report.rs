@@ -72,30 +72,28 @@ impl Summary {
         self.checks += r.verdict.checks;
         self.detection_ms.extend(&r.verdict.detection_ms);
         self.heal_ms.extend(&r.verdict.heal_ms);
-        for (kind, ms) in &r.verdict.heal_by_kind {
-            self.heal_by_kind.entry(kind).or_default().push(*ms);
-            if self
-                .slowest_heal
-                .map_or(true, |(slowest, _, _)| *ms > slowest)
-            {
-                self.slowest_heal = Some((*ms, r.case.seed, kind));
-            }
-        }
-        for (kind, ms) in &r.verdict.session_heal_by_kind {
-            self.session_heal_by_kind.entry(kind).or_default().push(*ms);
-        }
+        let seed = r.case.seed;
+        add_by_kind(
+            &mut self.heal_by_kind,
+            Some(&mut self.slowest_heal),
+            &r.verdict.heal_by_kind,
+            seed,
+        );
+        add_by_kind(
+            &mut self.session_heal_by_kind,
+            None,
+            &r.verdict.session_heal_by_kind,
+            seed,
+        );
         self.heal_permille_of_bound
             .extend(&r.verdict.heal_permille_of_bound);
         self.lag_ms.extend(&r.verdict.lag_ms);
-        for (kind, ms) in &r.verdict.catch_up_by_kind {
-            self.catch_up_by_kind.entry(kind).or_default().push(*ms);
-            if self
-                .slowest_catch_up
-                .map_or(true, |(slowest, _, _)| *ms > slowest)
-            {
-                self.slowest_catch_up = Some((*ms, r.case.seed, kind));
-            }
-        }
+        add_by_kind(
+            &mut self.catch_up_by_kind,
+            Some(&mut self.slowest_catch_up),
+            &r.verdict.catch_up_by_kind,
+            seed,
+        );
         self.catch_up_permille_of_bound
             .extend(&r.verdict.catch_up_permille_of_bound);
         self.peak_grant_pct.extend(r.verdict.peak_grant_pct);
@@ -340,6 +338,24 @@ pub fn timeline(r: &CaseResult) -> String {
         let _ = writeln!(out, "all invariants held ({} checks)", r.verdict.checks);
     }
     out
+}
+
+/// Adds one run's times by kind (`from`, of seed `seed`) to `into`, and
+/// keeps the slowest with its seed and kind in `slowest`, if given.
+fn add_by_kind(
+    into: &mut BTreeMap<&'static str, Vec<u64>>,
+    mut slowest: Option<&mut Option<(u64, u64, &'static str)>>,
+    from: &[(&'static str, u64)],
+    seed: u64,
+) {
+    for (kind, ms) in from {
+        into.entry(kind).or_default().push(*ms);
+        if let Some(slowest) = slowest.as_deref_mut() {
+            if slowest.map_or(true, |(s, _, _)| *ms > s) {
+                *slowest = Some((*ms, seed, kind));
+            }
+        }
+    }
 }
 
 /// One line per kind: `{label} {kind} ({count})` and its percentiles.

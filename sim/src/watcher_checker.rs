@@ -23,6 +23,7 @@ fn ms(d: Duration) -> u64 {
 /// again). A disturbance still on at the end of the history ends at
 /// `u64::MAX`.
 pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath)> {
+    let request_timeout = Nominal::default().watcher.request_timeout;
     let mut out: Vec<(u64, u64, WatchPath)> = history
         .records
         .iter()
@@ -34,12 +35,11 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
                 Some((r.at_ms, r.at_ms + ms, WatchPath::LeaderChange))
             }
             What::Fault(Fault::DropReplies { ms }) => {
-                let path =
-                    if Duration::from_millis(*ms) < Nominal::default().watcher.request_timeout {
-                        WatchPath::UnansweredBlip
-                    } else {
-                        WatchPath::Unanswered
-                    };
+                let path = if Duration::from_millis(*ms) < request_timeout {
+                    WatchPath::UnansweredBlip
+                } else {
+                    WatchPath::Unanswered
+                };
                 Some((r.at_ms, r.at_ms + ms, path))
             }
             What::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms, WatchPath::Compact)),
@@ -73,13 +73,28 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
     out
 }
 
+/// A watcher process's `disturbances` and its start, deferred (see
+/// [`deferred`]), each with its catch-up bound for a prefix of `keys` keys:
+/// (start, end, path, bound).
+pub(crate) fn bounded(
+    mut disturbances: Vec<(u64, u64, WatchPath)>,
+    keys: usize,
+) -> Vec<(u64, u64, WatchPath, u64)> {
+    disturbances.push((0, 0, WatchPath::Restart));
+    let nominal = Nominal::default();
+    deferred(disturbances)
+        .into_iter()
+        .map(|(s, e, p)| (s, e, p, nominal.catch_up_ms(p, keys)))
+        .collect()
+}
+
 /// `disturbances` with each that ended while the watcher could not act
 /// (paused, or its consumer stalled: its timers wait while the consumer
 /// does not read) ending instead when it could act again: only then does
 /// it notice a broken stream or a compaction, and catch up. A compaction
 /// during any other disturbance ends with it too: the re-list it forces
 /// comes when the watcher resumes.
-pub(crate) fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, WatchPath)> {
+fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, WatchPath)> {
     let spans: Vec<(u64, u64, WatchPath)> = disturbances.clone();
     for (_, e, p) in &mut disturbances {
         // Whether a span of kind `q` holds this disturbance's catch-up
@@ -203,17 +218,12 @@ pub(crate) fn watchers(
     // Everything a watcher must catch up after, each with its own bound:
     // its start, its own faults and etcd's, and its consumer's stalls (a
     // stalled consumer takes nothing: its view lags for the stall).
-    let nominal = Nominal::default();
     let disturbed: Vec<Vec<(u64, u64, WatchPath, u64)>> = own
         .into_iter()
         .zip(&stalls)
         .map(|(mut d, s)| {
-            d.push((0, 0, WatchPath::Restart));
             d.extend(s.iter().map(|(s, e)| (*s, *e, WatchPath::Stall)));
-            deferred(d)
-                .into_iter()
-                .map(|(s, e, p)| (s, e, p, nominal.catch_up_ms(p, fleet)))
-                .collect()
+            bounded(d, fleet)
         })
         .collect();
     let settled = |w: usize, t: u64| {

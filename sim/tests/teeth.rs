@@ -655,12 +655,6 @@ impl Wrap for Slowed {
         }
     }
     fn session_options(&self, nominal: coord::SessionOptions) -> coord::SessionOptions {
-        self.session(nominal)
-    }
-}
-
-impl Slowed {
-    fn session(&self, nominal: coord::SessionOptions) -> coord::SessionOptions {
         match self {
             Slowed::SessionBackoff => coord::SessionOptions {
                 backoff: twice_as_slow(&nominal.backoff),
