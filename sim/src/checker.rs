@@ -124,6 +124,28 @@ pub enum Invariant {
     /// An undisturbed observer reported a change of leader later than
     /// [`SUCCESSION_MS`](crate::election_checker::SUCCESSION_MS).
     ObserverPrompt,
+    /// A leadership's `is_leader()` or `has_ended()` contradicted its state:
+    /// not leading when just elected undisturbed, ended when just elected,
+    /// leading after `lost()` fired or `resign()` returned, leading and
+    /// ended at once, or not leading just before etcd applied its guarded
+    /// write (undisturbed).
+    IsLeaderTruth,
+    /// `lost()` completed before the leadership ended, or with a loss that
+    /// did not happen (resigned without a resign, session closed before a
+    /// close, key deleted while etcd had it).
+    LostTruth,
+    /// An undisturbed `resign()`/`unlock()` returned `Ok` with the key still
+    /// in etcd (or `lost()` then not "resigned"), or a dropped leadership's
+    /// key outlived a request timeout + 1 s.
+    ResignReleases,
+    /// A `proclaim` returned `Ok` that etcd never applied.
+    ProclaimApplied,
+    /// `Election::leader` returned a leader etcd never had during the call.
+    LeaderReadTrue,
+    /// An undisturbed try lost on a queue that was empty throughout.
+    TryWinsEmptyQueue,
+    /// An undisturbed `close()` returned `Ok` with the session's lease alive.
+    CloseRevokes,
     /// A returning fleet of 100 or more hosts sent more than
     /// [`HERD_BOUND_PERMILLE`] of its heal requests within
     /// [`HERD_WINDOW_MS`]: a thundering herd.

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::harness::{fleet, Proc, World, Wrap};
 use crate::history::{
-    CampaignMode, Condition, ContenderEvent, ContenderSample, What, WriteOutcome,
+    Aftermath, CampaignMode, Condition, ContenderEvent, ContenderSample, What, WriteOutcome,
 };
 use crate::schedule::{Case, ContenderKind, ContenderSpec, Fault};
 use crate::server::{lock, EtcdState};
@@ -108,6 +108,25 @@ impl Queue {
         }
     }
 
+    /// Reads the leader through `Election::leader` (a lock has no such
+    /// call): `None` for a lock or a failed read.
+    async fn read_leader(&self) -> Option<Option<(String, i64, Vec<u8>)>> {
+        let Queue::Election(e) = self else {
+            return None;
+        };
+        let leader = e.leader().await.ok()?;
+        Some(leader.map(|l| (l.key.to_string(), l.token.0, l.value)))
+    }
+
+    /// Steps down: `Leadership::resign` for an election, `unlock` for a
+    /// lock.
+    async fn release(&self, leadership: Leadership) -> Result<(), Error> {
+        match self {
+            Queue::Election(_) => leadership.resign().await,
+            Queue::Mutex(_) => leadership.unlock().await,
+        }
+    }
+
     async fn wait(&self, value: &str) -> Result<Leadership, Error> {
         match self {
             Queue::Election(e) => e.campaign(value).await,
@@ -125,6 +144,42 @@ impl Queue {
             },
         }
     }
+}
+
+/// The handle that owns a process's session: closing it revokes the
+/// session's lease.
+enum Owner {
+    Election(std::sync::Arc<Election>),
+    Mutex(std::sync::Arc<Mutex>),
+    Pool(ElectionPool),
+}
+
+impl Owner {
+    async fn close(&self) -> Result<(), Error> {
+        match self {
+            Owner::Election(e) => e.close().await,
+            Owner::Mutex(m) => m.close().await,
+            Owner::Pool(p) => p.close().await,
+        }
+    }
+}
+
+/// What the handle of a leadership that has ended says: `leads` is its
+/// `is_leader()` (asked of the `Leadership` itself while the caller still
+/// has it), the rest comes from its probe.
+async fn aftermath(leads: bool, probe: &LeaderProbe) -> Aftermath {
+    let ended = probe.has_ended();
+    let loss = if ended {
+        Some(
+            probe
+                .lost()
+                .await
+                .map_or("resigned".into(), |l| l.to_string()),
+        )
+    } else {
+        None
+    };
+    Aftermath { leads, ended, loss }
 }
 
 /// One contender process: its session (or pool), a campaign loop per name.
@@ -153,25 +208,36 @@ async fn agent<W: Wrap>(
         spec.ttl,
         seed ^ client.wrapping_mul(0x9E37_79B9_7F4A_7C15),
     ));
-    let queues: Vec<(String, Queue)> = match spec.kind {
+    // Each election's name comes from its own `name()`.
+    let (owner, queues): (Owner, Vec<(String, Queue)>) = match spec.kind {
         ContenderKind::Candidate => match Election::new(api, "e", opts).await {
-            Ok(e) => vec![("e".into(), Queue::Election(e.into()))],
+            Ok(e) => {
+                let e = std::sync::Arc::new(e);
+                let queue = (e.name().to_string(), Queue::Election(e.clone()));
+                (Owner::Election(e), vec![queue])
+            }
             Err(_) => return,
         },
         ContenderKind::Locker => match Mutex::new(api, "l", opts).await {
-            Ok(m) => vec![("l".into(), Queue::Mutex(m.into()))],
+            Ok(m) => {
+                let m = std::sync::Arc::new(m);
+                (Owner::Mutex(m.clone()), vec![("l".into(), Queue::Mutex(m))])
+            }
             Err(_) => return,
         },
         ContenderKind::Pool => {
             let Ok(pool) = ElectionPool::new(api, opts).await else {
                 return;
             };
-            names
+            let queues = names
                 .iter()
-                .filter_map(|n| Some((n.clone(), Queue::Election(pool.election(n).ok()?.into()))))
-                .collect()
+                .filter_map(|n| pool.election(n).ok())
+                .map(|e| (e.name().to_string(), Queue::Election(e.into())))
+                .collect();
+            (Owner::Pool(pool), queues)
         }
     };
+    let first_name = queues.first().map(|(n, _)| n.clone());
     let session = match &queues.first() {
         Some((_, Queue::Election(e))) => e.session().clone(),
         Some((_, Queue::Mutex(m))) => m.session().clone(),
@@ -211,7 +277,16 @@ async fn agent<W: Wrap>(
     for l in loops {
         let _ = l.await;
     }
-    let _ = session.close().await;
+    let lease = session.lease_id().map(|l| l.0);
+    let ok = owner.close().await.is_ok();
+    if let Some(name) = first_name {
+        w.record(What::Contender {
+            contender: c,
+            incarnation,
+            name,
+            event: ContenderEvent::Closed { ok, lease },
+        });
+    }
 }
 
 /// One name's campaign loop in a contender process.
@@ -290,7 +365,10 @@ impl Loop {
                         return;
                     }
                 }
-                Ok(None) => self.record(ContenderEvent::TryLost),
+                Ok(None) => {
+                    self.record(ContenderEvent::TryLost);
+                    self.read_leader().await;
+                }
                 Err(Error::Timeout) => {
                     let lease = self.queue.session().lease_id().map(|l| l.0);
                     self.record(ContenderEvent::Cancelled { lease });
@@ -313,31 +391,63 @@ impl Loop {
         }
     }
 
+    /// Reads the leader through the election's public call and records
+    /// what it read (nothing for a lock or a failed read).
+    async fn read_leader(&self) {
+        let since_ms = self.w.now();
+        if let Some(leader) = self.queue.read_leader().await {
+            self.record(ContenderEvent::LeaderRead { since_ms, leader });
+        }
+    }
+
     /// Leads until lost, stopped, or a random hold time passed (then
-    /// resigns), writing its token through the guarded transaction.
+    /// resigns or, one time in four, drops the handle), writing its token
+    /// through the guarded transaction, now and then proclaiming a new
+    /// value or reading the leader. Everything goes through the public
+    /// `Leadership` calls; the probe is for the samples taken from outside.
     async fn hold(&mut self, leadership: Leadership) -> End {
         let probe = leadership.probe();
         let token = leadership.fence();
+        let key = leadership.key();
         if let Some(slot) = fleet(&self.w.fleet).contenders.get_mut(self.c) {
             slot.probes.insert(self.name.clone(), probe.clone());
         }
         self.record(ContenderEvent::Elected {
             token: token.0,
             lease: leadership.lease().0,
-            key: leadership.key(),
+            key: key.clone(),
+            leads: leadership.is_leader(),
+            ended: probe.has_ended(),
         });
         let until = madsim::time::Instant::now() + random_ms(500, 4000);
         let mut stop = self.stop.clone();
+        let mut proclaimed = 0u32;
         let end = loop {
             tokio::select! {
                 biased;
-                lost = probe.lost() => break End::Lost(lost),
+                lost = leadership.lost() => break End::Lost(lost),
                 _ = stop.wait_for(|s| *s) => break End::Stop,
                 () = sleep(random_ms(200, 400)) => {}
             }
             if madsim::time::Instant::now() >= until {
                 break End::Resign;
             }
+            match madsim::rand::random::<u32>() % 8 {
+                0 => {
+                    proclaimed += 1;
+                    let value = format!("c{}-{proclaimed}", self.c).into_bytes();
+                    let ok = leadership.proclaim(value.clone()).await.is_ok();
+                    self.record(ContenderEvent::Proclaimed {
+                        token: token.0,
+                        key: key.clone(),
+                        value,
+                        ok,
+                    });
+                }
+                1 => self.read_leader().await,
+                _ => {}
+            }
+            let leads = leadership.is_leader();
             let write = Txn {
                 compares: Vec::new(),
                 success: vec![TxnOp::Put {
@@ -355,21 +465,34 @@ impl Loop {
             self.record(ContenderEvent::Write {
                 token: token.0,
                 outcome,
+                leads,
             });
         };
         if let Some(slot) = fleet(&self.w.fleet).contenders.get_mut(self.c) {
             slot.probes.remove(&self.name);
         }
         match &end {
-            End::Lost(reason) => self.record(ContenderEvent::Lost {
-                reason: reason
-                    .as_ref()
-                    .map_or("resigned".into(), ToString::to_string),
-            }),
+            End::Lost(reason) => {
+                let after = aftermath(leadership.is_leader(), &probe).await;
+                self.record(ContenderEvent::Lost {
+                    reason: reason
+                        .as_ref()
+                        .map_or("resigned".into(), ToString::to_string),
+                    after,
+                });
+            }
+            End::Resign if madsim::rand::random::<u32>() % 4 == 0 => {
+                self.record(ContenderEvent::Dropped {
+                    token: token.0,
+                    key,
+                });
+                drop(leadership);
+            }
             End::Resign => {
                 self.record(ContenderEvent::Resigning);
-                let ok = leadership.resign().await.is_ok();
-                self.record(ContenderEvent::Resigned { ok });
+                let ok = self.queue.release(leadership).await.is_ok();
+                let after = aftermath(probe.is_leader(), &probe).await;
+                self.record(ContenderEvent::Resigned { ok, after });
             }
             End::Stop => drop(leadership),
         }

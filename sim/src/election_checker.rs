@@ -58,7 +58,7 @@ fn ms(d: Duration) -> u64 {
 
 /// A request timeout plus a second for watch delivery: how soon an
 /// undisturbed process learns of a change to its queue.
-fn prompt() -> u64 {
+pub(crate) fn prompt() -> u64 {
     ms(coord::SessionOptions::default().request_timeout) + 1000
 }
 
@@ -76,7 +76,7 @@ fn owner(owners: &BTreeMap<i64, u64>, lease: i64) -> Option<usize> {
 }
 
 /// Intervals during which contender `c` (or etcd as a whole) was disturbed.
-fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
+pub(crate) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut open: BTreeMap<&'static str, u64> = BTreeMap::new();
     for r in &history.records {
@@ -118,7 +118,7 @@ fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
 }
 
 /// True if no disturbance of `d` touches `[from - settle, to]`.
-fn undisturbed(d: &[(u64, u64)], from: u64, to: u64) -> bool {
+pub(crate) fn undisturbed(d: &[(u64, u64)], from: u64, to: u64) -> bool {
     let since = from.saturating_sub(settle());
     d.iter().all(|(s, e)| *e < since || *s > to)
 }
@@ -173,6 +173,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     session_lease_lives(case, history, &owners, &samples, &disturbed, v);
     latencies(case, history, &log, &samples, v);
     crate::observe_checker::check(case, history, &log, v);
+    crate::api_checker::check(history, &log, case.contenders.len(), v);
 }
 
 /// Every `Elected` against etcd's log: its key is the name's queue prefix
@@ -184,7 +185,9 @@ fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdict) {
         let What::Contender {
             contender,
             name,
-            event: ContenderEvent::Elected { token, lease, key },
+            event: ContenderEvent::Elected {
+                token, lease, key, ..
+            },
             ..
         } = &r.what
         else {
@@ -542,7 +545,7 @@ fn leader_after_heal(case: &Case, history: &History, heal: u64, stop: u64, v: &m
 }
 
 /// Each contender's events for one name, in order.
-fn events_of<'a>(
+pub(crate) fn events_of<'a>(
     history: &'a History,
     c: usize,
     name: &'a str,

@@ -236,6 +236,10 @@ pub enum ContenderEvent {
         lease: i64,
         /// The key.
         key: String,
+        /// The new `Leadership`'s `is_leader()` at once.
+        leads: bool,
+        /// Its probe's `has_ended()` at once.
+        ended: bool,
     },
     /// A try lost.
     TryLost,
@@ -251,17 +255,56 @@ pub enum ContenderEvent {
         /// It was `Error::Lost` (the key or lease went while waiting).
         lost: bool,
     },
-    /// A leadership was lost.
+    /// A leadership was lost: `Leadership::lost()` completed.
     Lost {
-        /// Why.
+        /// Why (`lost()`'s loss; "resigned" for `None`).
         reason: String,
+        /// What the `Leadership` then says it is.
+        after: Aftermath,
     },
-    /// It began to resign.
+    /// It began to resign (or, for a lock, to unlock).
     Resigning,
-    /// It resigned.
+    /// It resigned (`resign()` or `unlock()` returned).
     Resigned {
-        /// etcd answered in time.
+        /// It returned `Ok`.
         ok: bool,
+        /// What its probe then says.
+        after: Aftermath,
+    },
+    /// It dropped its leadership without resigning (the handle's drop
+    /// releases it in the background).
+    Dropped {
+        /// The fencing token of the leadership dropped.
+        token: i64,
+        /// Its key.
+        key: String,
+    },
+    /// `Leadership::proclaim` returned.
+    Proclaimed {
+        /// The token of the leadership that proclaimed.
+        token: i64,
+        /// Its key.
+        key: String,
+        /// The value proclaimed.
+        value: Vec<u8>,
+        /// It returned `Ok`.
+        ok: bool,
+    },
+    /// `Election::leader` returned `Ok`.
+    LeaderRead {
+        /// When the call began, virtual ms (it returned at the record's
+        /// time).
+        since_ms: u64,
+        /// The leader it read: (key, token, value).
+        leader: Option<(String, i64, Vec<u8>)>,
+    },
+    /// The process closed the handle that owns its session
+    /// (`Election::close`, `Mutex::close` or `ElectionPool::close`).
+    Closed {
+        /// It returned `Ok`.
+        ok: bool,
+        /// The session's lease just before.
+        lease: Option<i64>,
     },
     /// A fenced write.
     Write {
@@ -269,7 +312,21 @@ pub enum ContenderEvent {
         token: i64,
         /// Its fate.
         outcome: WriteOutcome,
+        /// The `Leadership`'s `is_leader()` just before it was sent.
+        leads: bool,
     },
+}
+
+/// What a leadership's handle says once it has ended (asked right after
+/// `lost()` completed, or `resign()` returned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Aftermath {
+    /// `is_leader()`.
+    pub leads: bool,
+    /// `has_ended()` of its probe.
+    pub ended: bool,
+    /// `lost()` if it has ended ("resigned" for `None`).
+    pub loss: Option<String>,
 }
 
 /// One contender in a sample.

@@ -11,6 +11,8 @@
 #![forbid(unsafe_code)]
 
 #[cfg(madsim)]
+pub mod api_checker;
+#[cfg(madsim)]
 pub mod bounds;
 #[cfg(madsim)]
 pub mod checker;
