@@ -83,6 +83,20 @@ impl Peer {
         Self::spawn(c)
     }
 
+    /// `etcdctl ARGS...` against `endpoints`, left running (a watch, a
+    /// lease keep-alive).
+    pub fn run(endpoints: &[String], args: &[&str]) -> Peer {
+        let mut c = etcdctl();
+        c.arg(format!("--endpoints={}", endpoints.join(",")))
+            .args(args);
+        Self::spawn(c)
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The next output line, or a panic after `deadline`.
     pub async fn line(&mut self, deadline: Duration) -> String {
         match tokio::time::timeout(deadline, self.lines.recv()).await {
@@ -90,6 +104,15 @@ impl Peer {
             Ok(None) => panic!("etcdctl ended without output"),
             Err(_) => panic!("no output from etcdctl within {deadline:?}"),
         }
+    }
+
+    /// The next output line, or `None` if none came within `deadline`
+    /// (or etcdctl ended).
+    pub async fn try_line(&mut self, deadline: Duration) -> Option<String> {
+        tokio::time::timeout(deadline, self.lines.recv())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// A line already printed, if any.
@@ -113,4 +136,20 @@ impl Peer {
         }
         let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
     }
+}
+
+/// Runs `etcdctl ARGS...` against `endpoints` to completion; its standard
+/// output, or a panic with its standard error if it failed.
+pub async fn output(endpoints: &[String], args: &[&str]) -> String {
+    let mut c = etcdctl();
+    c.arg(format!("--endpoints={}", endpoints.join(",")))
+        .args(args)
+        .stdin(Stdio::null());
+    let out = c.output().await.expect("run etcdctl");
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

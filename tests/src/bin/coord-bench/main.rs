@@ -1,0 +1,242 @@
+//! `coord-bench`: coord against its baselines on a real etcd, each
+//! benchmark a ratio to a baseline measured in the same run (these
+//! machines are noisy; absolute times mean little).
+//!
+//! ```text
+//! coord-bench detection|stop|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]
+//! ```
+//!
+//! Each benchmark prints a table (min, median, p99 and max of coord and of
+//! its baseline, and the ratio of medians) and writes `<id>.csv` and
+//! `<id>.svg` (a CDF of both) into `--out` (default `target/coord-bench`).
+//! It starts its own single-node etcd (Debian's `etcd-server`) on free
+//! loopback ports. `--quick` runs each in seconds, as the suite's smoke.
+//!
+//! - `detection`: kill -9 of a registered host to `Down` at a watcher,
+//!   minus the TTL (TTL 3 and 10 s), against `etcdctl lease keep-alive`
+//!   killed the same way and `etcdctl watch`;
+//! - `stop`: `stop()` to `Down`, against an etcd-client revoke to the
+//!   delete event;
+//! - `watcher`: events/s and CPU µs per event of a `HostWatcher`, against
+//!   a raw etcd-client watch loop decoding the same JSON.
+
+#![forbid(unsafe_code)]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
+
+mod detection;
+mod plot;
+mod stats;
+mod stop;
+mod throughput;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use coord_tests::etcd::EtcdCluster;
+use stats::Comparison;
+
+const USAGE: &str =
+    "usage: coord-bench detection|stop|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]";
+
+/// What a run measures, from the flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Trials per subject (detection, stop).
+    pub trials: usize,
+    /// TTLs of the detection benchmark, s.
+    pub ttls: Vec<u64>,
+    /// Watcher benchmark: hosts, puts and rounds.
+    pub hosts: usize,
+    pub puts: usize,
+    pub rounds: usize,
+}
+
+impl Settings {
+    fn full() -> Settings {
+        Settings {
+            trials: 20,
+            ttls: vec![3, 10],
+            hosts: 2_000,
+            puts: 20_000,
+            rounds: 5,
+        }
+    }
+
+    fn quick() -> Settings {
+        Settings {
+            trials: 3,
+            ttls: vec![3],
+            hosts: 200,
+            puts: 2_000,
+            rounds: 1,
+        }
+    }
+}
+
+/// A small seeded generator (xorshift64*) for trial phases and run tags.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    /// Uniform in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        if n == 0 {
+            0
+        } else {
+            x % n
+        }
+    }
+}
+
+/// A binary built next to this one (`coord-agent`).
+pub fn sibling(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// kill -9 and reap.
+pub async fn kill9(child: &mut tokio::process::Child) {
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+struct Args {
+    bench: String,
+    quick: bool,
+    out: PathBuf,
+    seed: u64,
+    trials: Option<usize>,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let mut it = args.iter();
+    let bench = it.next().ok_or(USAGE)?.clone();
+    if !matches!(bench.as_str(), "detection" | "stop" | "watcher" | "all") {
+        return Err(format!("unknown benchmark {bench:?}\n{USAGE}"));
+    }
+    let mut a = Args {
+        bench,
+        quick: false,
+        out: PathBuf::from("target/coord-bench"),
+        seed: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+        trials: None,
+    };
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
+        match flag.as_str() {
+            "--quick" => a.quick = true,
+            "--out" => a.out = PathBuf::from(value()?),
+            "--seed" => a.seed = value()?.parse().map_err(|_| "--seed: a number")?,
+            "--trials" => {
+                let n: usize = value()?.parse().map_err(|_| "--trials: a number")?;
+                if n == 0 {
+                    return Err("--trials: at least 1".into());
+                }
+                a.trials = Some(n);
+            }
+            other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(a)
+}
+
+fn report(c: &Comparison, out: &Path) -> Result<(), String> {
+    print!("{}", c.table());
+    println!();
+    c.write_csv(out)
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    plot::cdf(c, out)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("__writer") {
+        return match throughput::write(&argv[1..]).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("coord-bench writer: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    if matches!(argv.first().map(String::as_str), Some("-h" | "--help")) {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse(&argv) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("coord-bench: {e}");
+            if !e.contains(USAGE) {
+                eprintln!("{USAGE}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let mut settings = if args.quick {
+        Settings::quick()
+    } else {
+        Settings::full()
+    };
+    if let Some(n) = args.trials {
+        settings.trials = n;
+    }
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("coord-bench: {}: {e}", args.out.display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "coord-bench {} (seed {}, {} trials{}); results in {}\n",
+        args.bench,
+        args.seed,
+        settings.trials,
+        if args.quick { ", quick" } else { "" },
+        args.out.display()
+    );
+    let mut rng = Rng::new(args.seed);
+    let etcd = EtcdCluster::single().await;
+    let all = args.bench == "all";
+    let mut comparisons = Vec::new();
+    if all || args.bench == "detection" {
+        comparisons.extend(detection::run(&etcd, &settings, &mut rng).await);
+    }
+    if all || args.bench == "stop" {
+        comparisons.extend(stop::run(&etcd, &settings, &mut rng).await);
+    }
+    if all || args.bench == "watcher" {
+        comparisons.extend(throughput::run(&etcd, &settings, &mut rng).await);
+    }
+    let mut failed = false;
+    for c in &comparisons {
+        if let Err(e) = report(c, &args.out) {
+            eprintln!("coord-bench: {}: {e}", c.id);
+            failed = true;
+        }
+        if c.ratio().is_none() {
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

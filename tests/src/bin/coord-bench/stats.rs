@@ -1,0 +1,179 @@
+//! Summaries of measured series, the comparison table, and its CSV.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One subject's measurements.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Who was measured ("coord", or the baseline's name).
+    pub subject: String,
+    /// One value per trial.
+    pub values: Vec<f64>,
+}
+
+/// min, median, p99 and max of a series.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub min: f64,
+    pub median: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// The summary of `values`; `None` if empty.
+pub fn summary(values: &[f64]) -> Option<Summary> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        // Nearest rank.
+        let rank = (q * v.len() as f64).ceil().max(1.0) as usize;
+        v[rank.min(v.len()) - 1]
+    };
+    let median = if v.len() % 2 == 1 {
+        v[v.len() / 2]
+    } else {
+        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+    };
+    Some(Summary {
+        min: v[0],
+        median,
+        p99: at(0.99),
+        max: v[v.len() - 1],
+    })
+}
+
+/// coord against its baseline on one metric, measured in the same run.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// File-name stem (`detection-ttl3`).
+    pub id: String,
+    /// What is measured.
+    pub title: String,
+    /// Unit of the values.
+    pub unit: &'static str,
+    /// Whether lower is better (times, CPU) or higher (throughput).
+    pub lower_is_better: bool,
+    pub coord: Series,
+    pub baseline: Series,
+    /// A line printed under the table, if any.
+    pub note: Option<String>,
+}
+
+impl Comparison {
+    /// coord's median over the baseline's; `None` if either is empty or
+    /// the baseline's median is 0.
+    pub fn ratio(&self) -> Option<f64> {
+        let c = summary(&self.coord.values)?;
+        let b = summary(&self.baseline.values)?;
+        (b.median != 0.0).then(|| c.median / b.median)
+    }
+
+    /// The human table: a row per subject, then the ratio of medians.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} ({}, {} better)",
+            self.title,
+            self.unit,
+            if self.lower_is_better {
+                "lower"
+            } else {
+                "higher"
+            }
+        );
+        let _ = writeln!(
+            out,
+            "  {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}",
+            "subject", "n", "min", "median", "p99", "max"
+        );
+        for s in [&self.coord, &self.baseline] {
+            match summary(&s.values) {
+                Some(m) => {
+                    let _ = writeln!(
+                        out,
+                        "  {:<28} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+                        s.subject,
+                        s.values.len(),
+                        m.min,
+                        m.median,
+                        m.p99,
+                        m.max
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "  {:<28} {:>6} (no measurement)", s.subject, 0);
+                }
+            }
+        }
+        match self.ratio() {
+            Some(r) => {
+                let _ = writeln!(
+                    out,
+                    "  ratio of medians (coord / {}): {r:.3}",
+                    self.baseline.subject
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  ratio of medians: n/a");
+            }
+        }
+        if let Some(note) = &self.note {
+            let _ = writeln!(out, "  {note}");
+        }
+        out
+    }
+
+    /// Writes `<id>.csv` (subject, trial, value) into `dir`.
+    pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
+        let mut csv = format!(
+            "subject,trial,value_{}\n",
+            self.unit.replace(['/', ' '], "_")
+        );
+        for s in [&self.coord, &self.baseline] {
+            for (i, v) in s.values.iter().enumerate() {
+                let _ = writeln!(csv, "{},{i},{v}", s.subject);
+            }
+        }
+        std::fs::write(dir.join(format!("{}.csv", self.id)), csv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_takes_nearest_ranks_and_the_middle() {
+        let s = summary(&[4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!((s.min, s.median, s.p99, s.max), (1.0, 2.5, 4.0, 4.0));
+        let s = summary(&(1..=200).map(f64::from).collect::<Vec<_>>()).unwrap();
+        assert_eq!((s.median, s.p99), (100.5, 198.0));
+        assert!(summary(&[]).is_none());
+    }
+
+    #[test]
+    fn the_ratio_is_of_medians() {
+        let c = Comparison {
+            id: "x".into(),
+            title: "x".into(),
+            unit: "ms",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord".into(),
+                values: vec![1.0, 2.0, 30.0],
+            },
+            baseline: Series {
+                subject: "base".into(),
+                values: vec![4.0, 4.0, 1.0],
+            },
+            note: None,
+        };
+        assert_eq!(c.ratio(), Some(0.5));
+        assert!(c.table().contains("ratio of medians (coord / base): 0.500"));
+    }
+}

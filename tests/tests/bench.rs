@@ -1,0 +1,78 @@
+//! The benchmarks' smoke: `coord-bench all --quick` against a real etcd
+//! produces every table, CSV and plot. It asserts only that each benchmark
+//! measured both subjects: benchmarks are never timed tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+#[test]
+fn every_benchmark_produces_its_table_csv_and_plot() {
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_coord-bench"))
+        .args(["all", "--quick", "--seed", "42", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("run coord-bench");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "coord-bench failed ({:?}):\n{stdout}\n{stderr}",
+        run.status
+    );
+    for (id, title) in [
+        ("detection-ttl3", "Crash detection, TTL 3 s"),
+        ("stop", "Graceful stop"),
+        ("watcher-cpu", "Watcher CPU per event"),
+        ("watcher-rate", "Watcher throughput"),
+    ] {
+        let table = stdout
+            .split("\n\n")
+            .find(|t| t.contains(title))
+            .unwrap_or_else(|| panic!("no table for {title}:\n{stdout}"));
+        assert!(
+            table.contains("ratio of medians (coord / "),
+            "{title}: no ratio:\n{table}"
+        );
+        let csv = std::fs::read_to_string(out.path().join(format!("{id}.csv"))).unwrap();
+        let rows: Vec<&str> = csv.lines().skip(1).collect();
+        assert!(
+            rows.iter().any(|r| r.starts_with("coord"))
+                && rows.iter().any(|r| !r.starts_with("coord")),
+            "{id}.csv lacks a subject:\n{csv}"
+        );
+        for row in &rows {
+            let value = row.rsplit(',').next().unwrap();
+            assert!(
+                value.parse::<f64>().is_ok_and(f64::is_finite),
+                "{id}.csv: {row}"
+            );
+        }
+        let svg = std::fs::read_to_string(out.path().join(format!("{id}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<polyline"),
+            "{id}.svg"
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_with_usage() {
+    for args in [
+        &["nonsense"][..],
+        &["all", "--trials", "0"],
+        &["stop", "--seed"],
+        &[],
+    ] {
+        let run = Command::new(env!("CARGO_BIN_EXE_coord-bench"))
+            .args(args)
+            .output()
+            .expect("run coord-bench");
+        assert_eq!(run.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&run.stderr).contains("usage: coord-bench"),
+            "{args:?}"
+        );
+    }
+}
