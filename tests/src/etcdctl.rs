@@ -34,7 +34,9 @@ pub struct Peer {
 }
 
 impl Peer {
-    fn spawn(mut command: Command) -> Peer {
+    /// Runs `command` (any program: etcdctl, or a coord agent) with its
+    /// output lines read as a peer's.
+    pub fn spawn(mut command: Command) -> Peer {
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -124,6 +126,16 @@ impl Peer {
     pub async fn kill9(&mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
+    }
+
+    /// Sends SIGINT without waiting for the exit.
+    pub fn sigint(&self) {
+        if let Some(pid) = self.child.id() {
+            let _ = kill(
+                Pid::from_raw(i32::try_from(pid).expect("pid")),
+                Signal::SIGINT,
+            );
+        }
     }
 
     /// SIGINT (etcdctl then resigns or unlocks and exits).

@@ -24,6 +24,8 @@ fn every_benchmark_produces_its_table_csv_and_plot() {
     for (id, title) in [
         ("detection-ttl3", "Crash detection, TTL 3 s"),
         ("stop", "Graceful stop"),
+        ("failover", "Election failover"),
+        ("handover", "Election handover"),
         ("watcher-cpu", "Watcher CPU per event"),
         ("watcher-rate", "Watcher throughput"),
     ] {

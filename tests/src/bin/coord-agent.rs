@@ -7,7 +7,8 @@
 //! - `coord-agent lock ENDPOINT NAME TTL_SECS`: locks; prints
 //!   `locked <key> <fence>` once held.
 //!
-//! Each then stays until killed.
+//! Each then stays until killed; an elected or locking agent resigns or
+//! unlocks on SIGINT and exits, as `etcdctl elect` and `etcdctl lock` do.
 
 #![forbid(unsafe_code)]
 
@@ -56,8 +57,12 @@ async fn main() {
                 .unwrap_or_else(|e| fail(e));
             let leader = election.campaign(value).await.unwrap_or_else(|e| fail(e));
             println!("elected {} {}", leader.key(), leader.fence().0);
-            let _keep = leader;
-            std::future::pending::<()>().await;
+            // On SIGINT, resign (as etcdctl elect does) and exit.
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            leader.resign().await.unwrap_or_else(|e| fail(e));
+            println!("resigned");
         }
         ["lock", endpoint, name, t] => {
             let mutex = coord::Mutex::new(client(endpoint).await, name, session(t))
@@ -65,8 +70,12 @@ async fn main() {
                 .unwrap_or_else(|e| fail(e));
             let guard = mutex.lock().await.unwrap_or_else(|e| fail(e));
             println!("locked {} {}", guard.key(), guard.fence().0);
-            let _keep = guard;
-            std::future::pending::<()>().await;
+            // On SIGINT, unlock (as etcdctl lock does) and exit.
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            guard.unlock().await.unwrap_or_else(|e| fail(e));
+            println!("unlocked");
         }
         [endpoint, host, t] => {
             let opts = coord::LivenessOptions {

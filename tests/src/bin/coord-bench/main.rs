@@ -3,7 +3,7 @@
 //! machines are noisy; absolute times mean little).
 //!
 //! ```text
-//! coord-bench detection|stop|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]
+//! coord-bench detection|stop|failover|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]
 //! ```
 //!
 //! Each benchmark prints a table (min, median, p99 and max of coord and of
@@ -17,6 +17,9 @@
 //!   killed the same way and `etcdctl watch`;
 //! - `stop`: `stop()` to `Down`, against an etcd-client revoke to the
 //!   delete event;
+//! - `failover`: a leader killed -9 to its successor leading (TTL 3 s),
+//!   against `etcdctl lock --ttl`; resign to successor, against `etcdctl
+//!   elect`;
 //! - `watcher`: events/s and CPU µs per event of a `HostWatcher`, against
 //!   a raw etcd-client watch loop decoding the same JSON.
 
@@ -29,6 +32,7 @@
 )]
 
 mod detection;
+mod failover;
 mod plot;
 mod stats;
 mod stop;
@@ -41,7 +45,7 @@ use coord_tests::etcd::EtcdCluster;
 use stats::Comparison;
 
 const USAGE: &str =
-    "usage: coord-bench detection|stop|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]";
+    "usage: coord-bench detection|stop|failover|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]";
 
 /// What a run measures, from the flags.
 #[derive(Debug, Clone)]
@@ -126,7 +130,10 @@ struct Args {
 fn parse(args: &[String]) -> Result<Args, String> {
     let mut it = args.iter();
     let bench = it.next().ok_or(USAGE)?.clone();
-    if !matches!(bench.as_str(), "detection" | "stop" | "watcher" | "all") {
+    if !matches!(
+        bench.as_str(),
+        "detection" | "stop" | "failover" | "watcher" | "all"
+    ) {
         return Err(format!("unknown benchmark {bench:?}\n{USAGE}"));
     }
     let mut a = Args {
@@ -220,6 +227,9 @@ async fn main() -> ExitCode {
     }
     if all || args.bench == "stop" {
         comparisons.extend(stop::run(&etcd, &settings, &mut rng).await);
+    }
+    if all || args.bench == "failover" {
+        comparisons.extend(failover::run(&etcd, &settings, &mut rng).await);
     }
     if all || args.bench == "watcher" {
         comparisons.extend(throughput::run(&etcd, &settings, &mut rng).await);
