@@ -28,6 +28,8 @@ fn every_benchmark_produces_its_table_csv_and_plot() {
         ("handover", "Election handover"),
         ("watcher-cpu", "Watcher CPU per event"),
         ("watcher-rate", "Watcher throughput"),
+        ("pool-keepalives", "lease renewals per minute"),
+        ("pool-leases", "leases held at etcd"),
     ] {
         let table = stdout
             .split("\n\n")

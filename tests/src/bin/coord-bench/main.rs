@@ -3,7 +3,7 @@
 //! machines are noisy; absolute times mean little).
 //!
 //! ```text
-//! coord-bench detection|stop|failover|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]
+//! coord-bench detection|stop|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]
 //! ```
 //!
 //! Each benchmark prints a table (min, median, p99 and max of coord and of
@@ -21,7 +21,9 @@
 //!   against `etcdctl lock --ttl`; resign to successor, against `etcdctl
 //!   elect`;
 //! - `watcher`: events/s and CPU µs per event of a `HostWatcher`, against
-//!   a raw etcd-client watch loop decoding the same JSON.
+//!   a raw etcd-client watch loop decoding the same JSON;
+//! - `pool`: 1,000 elections through one `ElectionPool` against a session
+//!   per name: leases held and lease renewals per minute at etcd.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -34,6 +36,7 @@
 mod detection;
 mod failover;
 mod plot;
+mod pool;
 mod stats;
 mod stop;
 mod throughput;
@@ -45,7 +48,7 @@ use coord_tests::etcd::EtcdCluster;
 use stats::Comparison;
 
 const USAGE: &str =
-    "usage: coord-bench detection|stop|failover|watcher|all [--quick] [--out DIR] [--seed N] [--trials N]";
+    "usage: coord-bench detection|stop|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]";
 
 /// What a run measures, from the flags.
 #[derive(Debug, Clone)]
@@ -58,6 +61,10 @@ pub struct Settings {
     pub hosts: usize,
     pub puts: usize,
     pub rounds: usize,
+    /// Pool benchmark: names, and the windows measured.
+    pub names: usize,
+    pub windows: usize,
+    pub window: std::time::Duration,
 }
 
 impl Settings {
@@ -68,6 +75,9 @@ impl Settings {
             hosts: 2_000,
             puts: 20_000,
             rounds: 5,
+            names: 1_000,
+            windows: 6,
+            window: std::time::Duration::from_secs(10),
         }
     }
 
@@ -78,6 +88,9 @@ impl Settings {
             hosts: 200,
             puts: 2_000,
             rounds: 1,
+            names: 50,
+            windows: 2,
+            window: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -132,7 +145,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
     let bench = it.next().ok_or(USAGE)?.clone();
     if !matches!(
         bench.as_str(),
-        "detection" | "stop" | "failover" | "watcher" | "all"
+        "detection" | "stop" | "failover" | "watcher" | "pool" | "all"
     ) {
         return Err(format!("unknown benchmark {bench:?}\n{USAGE}"));
     }
@@ -233,6 +246,9 @@ async fn main() -> ExitCode {
     }
     if all || args.bench == "watcher" {
         comparisons.extend(throughput::run(&etcd, &settings, &mut rng).await);
+    }
+    if all || args.bench == "pool" {
+        comparisons.extend(pool::run(&etcd, &settings, &mut rng).await);
     }
     let mut failed = false;
     for c in &comparisons {

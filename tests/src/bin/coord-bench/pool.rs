@@ -1,0 +1,166 @@
+//! Benchmark 5, the cost of many elections: N names held through one
+//! `ElectionPool` (one session, one lease), against one session per name
+//! (`Election::new` for each, as go-coord's pool does). Measured from
+//! etcd: the leases it holds, and the lease renewals (keep-alives) its
+//! leader sees per minute (`etcd_debugging_lease_renewed_total` on
+//! `/metrics`), over several windows once every name leads.
+
+use std::time::Duration;
+
+use coord::{Election, ElectionPool, Leadership, SessionOptions};
+use coord_tests::etcd::EtcdCluster;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::stats::{Comparison, Series};
+use crate::{Rng, Settings};
+
+/// The value of counter `name` on `endpoint`'s `/metrics`.
+async fn counter(endpoint: &str, name: &str) -> Option<f64> {
+    let addr = endpoint.strip_prefix("http://")?;
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Distinct leases under the keys of `prefix` whose names end with
+/// `suffix` (one subject's queues).
+async fn leases(etcd: &EtcdCluster, prefix: &str, suffix: &str) -> Option<f64> {
+    let mut client = etcd.client().await;
+    let r = client
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .ok()?;
+    let leases: std::collections::BTreeSet<i64> = r
+        .kvs()
+        .iter()
+        .filter(|kv| kv.key_str().is_ok_and(|k| k.contains(suffix)))
+        .map(etcd_client::KeyValue::lease)
+        .collect();
+    Some(leases.len() as f64)
+}
+
+/// Renewals per minute over each of `s.windows` windows, and the leases
+/// held at the end of each.
+async fn measure(
+    etcd: &EtcdCluster,
+    s: &Settings,
+    prefix: &str,
+    suffix: &str,
+) -> (Vec<f64>, Vec<f64>) {
+    const RENEWED: &str = "etcd_debugging_lease_renewed_total";
+    let endpoint = etcd.endpoints()[0].clone();
+    let (mut rates, mut held) = (Vec::new(), Vec::new());
+    for _ in 0..s.windows {
+        let before = counter(&endpoint, RENEWED).await;
+        tokio::time::sleep(s.window).await;
+        let after = counter(&endpoint, RENEWED).await;
+        if let (Some(a), Some(b)) = (before, after) {
+            rates.push((b - a) * 60.0 / s.window.as_secs_f64());
+        }
+        if let Some(n) = leases(etcd, prefix, suffix).await {
+            held.push(n);
+        }
+    }
+    (rates, held)
+}
+
+fn opts() -> SessionOptions {
+    SessionOptions {
+        ttl: Duration::from_secs(10),
+        ..SessionOptions::default()
+    }
+}
+
+/// Runs the benchmark with `s.names` names.
+pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Comparison> {
+    let run = rng.below(u64::MAX);
+    let client = etcd.coord_client().await;
+    let prefix = format!("/bench/pool/{run:x}/");
+    let names: Vec<String> = (0..s.names).map(|i| format!("{prefix}{i}")).collect();
+
+    // One session per name.
+    let mut elections = Vec::new();
+    for name in &names {
+        match Election::new(client.clone(), &format!("{name}-own"), opts()).await {
+            Ok(e) => elections.push(e),
+            Err(e) => eprintln!("coord-bench: a session for {name} failed: {e}"),
+        }
+    }
+    let mut held: Vec<Leadership> = Vec::new();
+    for e in &elections {
+        match e.campaign("v").await {
+            Ok(l) => held.push(l),
+            Err(err) => eprintln!("coord-bench: a campaign failed: {err}"),
+        }
+    }
+    let per_name = measure(etcd, s, &prefix, "-own/").await;
+    drop(held);
+    for e in &elections {
+        let _ = e.close().await;
+    }
+
+    // One pool.
+    let pool = ElectionPool::new(client, opts())
+        .await
+        .expect("the pool's session");
+    let mut pooled = Vec::new();
+    for name in &names {
+        match pool.election(&format!("{name}-pool")) {
+            Ok(e) => pooled.push(e),
+            Err(e) => eprintln!("coord-bench: pool election {name}: {e}"),
+        }
+    }
+    let mut held = Vec::new();
+    for e in &pooled {
+        match e.campaign("v").await {
+            Ok(l) => held.push(l),
+            Err(err) => eprintln!("coord-bench: a pooled campaign failed: {err}"),
+        }
+    }
+    let leading = held.len();
+    let in_pool = measure(etcd, s, &prefix, "-pool/").await;
+    drop(held);
+    let _ = pool.close().await;
+
+    let n = s.names;
+    vec![
+        Comparison {
+            id: "pool-keepalives".into(),
+            title: format!("{n} elections: lease renewals per minute at etcd"),
+            unit: "renewals/min",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord (one ElectionPool)".into(),
+                values: in_pool.0,
+            },
+            baseline: Series {
+                subject: "a session per name".into(),
+                values: per_name.0,
+            },
+            note: Some(format!(
+                "{leading} of {n} names led through the pool; TTL 10 s; each value one {} s window",
+                s.window.as_secs()
+            )),
+        },
+        Comparison {
+            id: "pool-leases".into(),
+            title: format!("{n} elections: leases held at etcd"),
+            unit: "leases",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord (one ElectionPool)".into(),
+                values: in_pool.1,
+            },
+            baseline: Series {
+                subject: "a session per name".into(),
+                values: per_name.1,
+            },
+            note: None,
+        },
+    ]
+}
