@@ -4,8 +4,9 @@
 //! (a registered `HostLiveness`) and a `HostWatcher`. Baseline: a lease
 //! kept alive by `etcdctl lease keep-alive`, killed the same way, timed
 //! until `etcdctl watch` prints the delete. Each trial kills at a random
-//! phase of the keep-alive interval and of etcd's 500 ms expiry tick, and
-//! the trials of one subject run side by side.
+//! phase of the keep-alive interval and of etcd's 500 ms expiry tick (the
+//! same phases for both subjects: paired trials), and the trials of one
+//! subject run side by side.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -71,8 +72,12 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
     });
     let mut out = Vec::new();
     for &ttl in &s.ttls {
-        let coord = coord_trials(etcd, ttl, s.trials, rng, &downs).await;
-        let baseline = etcdctl_trials(etcd, ttl, s.trials, rng).await;
+        // The same kill phases for both subjects (paired trials): the
+        // phase moves detection by up to a keep-alive interval, far more
+        // than the subjects differ.
+        let phases: Vec<Duration> = (0..s.trials).map(|_| phase(rng, ttl)).collect();
+        let coord = coord_trials(etcd, ttl, &phases, rng, &downs).await;
+        let baseline = etcdctl_trials(etcd, ttl, &phases, rng).await;
         let ttl_ms = (ttl * 1000) as f64;
         let minus_ttl = |v: &[f64]| {
             crate::stats::summary(v).map_or("n/a".to_string(), |m| {
@@ -138,17 +143,16 @@ async fn spawn_agent(endpoint: &str, host: &str, ttl: u64) -> Child {
 async fn coord_trials(
     etcd: &EtcdCluster,
     ttl: u64,
-    trials: usize,
+    phases: &[Duration],
     rng: &mut Rng,
     downs: &Arc<Downs>,
 ) -> Vec<f64> {
     let endpoint = etcd.endpoints()[0].clone();
     let run = rng.below(u64::MAX);
     let mut tasks = Vec::new();
-    for i in 0..trials {
+    for (i, &wait) in phases.iter().enumerate() {
         let host = format!("bench-{run:x}-{ttl}-{i}");
         let agent = spawn_agent(&endpoint, &host, ttl).await;
-        let wait = phase(rng, ttl);
         let downs = Arc::clone(downs);
         tasks.push(tokio::spawn(async move {
             let mut agent = agent;
@@ -162,11 +166,16 @@ async fn coord_trials(
     collect(tasks).await
 }
 
-async fn etcdctl_trials(etcd: &EtcdCluster, ttl: u64, trials: usize, rng: &mut Rng) -> Vec<f64> {
+async fn etcdctl_trials(
+    etcd: &EtcdCluster,
+    ttl: u64,
+    phases: &[Duration],
+    rng: &mut Rng,
+) -> Vec<f64> {
     let endpoints = etcd.endpoints();
     let run = rng.below(u64::MAX);
     let mut tasks = Vec::new();
-    for i in 0..trials {
+    for (i, &wait) in phases.iter().enumerate() {
         let key = format!("/bench/detection/{run:x}-{ttl}-{i}");
         let granted = output(&endpoints, &["lease", "grant", &ttl.to_string()]).await;
         // "lease 694d7a1b2c3d4e5f granted with TTL(3s)"
@@ -194,7 +203,6 @@ async fn etcdctl_trials(etcd: &EtcdCluster, ttl: u64, trials: usize, rng: &mut R
             first.contains("keepalived"),
             "etcdctl keep-alive said {first:?}"
         );
-        let wait = phase(rng, ttl);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let killed = Instant::now();
