@@ -414,6 +414,77 @@ fn stream_that_cannot_be_reopened_loses_the_lease_at_its_deadline_then_resumes()
 }
 
 #[test]
+fn a_deadline_loss_after_etcd_returned_heals_from_the_first_attempt() {
+    // Found by the simulator (seed 7264317): etcd wiped, then a leader
+    // change. The reopens refused in the outage ran the backoff up to the
+    // fast cap; the prober found etcd back and the stream reopened just
+    // before the lease's deadline, with no reply yet. The deadline loss
+    // then waited a fast cap (attempt 9) although etcd had just answered.
+    let mut m = registered(StartPolicy::FailFast);
+    closed(&mut m, 500, 3, Failure::Unavailable("no leader".into()));
+    let _ = drain(&mut m);
+    let mut op = 4;
+    let mut now = 501;
+    let mut refused = 0;
+    // Refused reopens until late in the lease's life (deadline 9002).
+    while now < 7_000 {
+        closed(&mut m, now, op, Failure::Unavailable("no leader".into()));
+        refused += 1;
+        let _ = drain(&mut m);
+        now = fire(&mut m);
+        op += 1;
+        assert_eq!(
+            drain(&mut m),
+            vec![cmd(Command::OpenKeepAlive {
+                op: OpId(op),
+                lease: LEASE
+            })]
+        );
+    }
+    assert!(refused >= 5, "the backoff ran up: {refused} refusals");
+    // The prober finds etcd back; this reopen is not refused, but the
+    // lease's deadline passes before the stream's first reply.
+    m.handle(
+        t(now),
+        Input::Returned {
+            probe_sent: t(now.saturating_sub(50)),
+        },
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    let lost = loop {
+        now = fire(&mut m);
+        let out = drain(&mut m);
+        if out
+            .iter()
+            .any(|o| matches!(o, Output::Event(Event::Lost { .. })))
+        {
+            break out;
+        }
+        assert!(now <= 9_002, "lost at the deadline: {out:?}");
+    };
+    assert!(lost.contains(&ev(Event::Lost {
+        lease: LEASE,
+        reason: LostReason::KeepAliveTimeout
+    })));
+    let retry = lost.iter().find_map(|o| match o {
+        Output::Event(Event::Retrying(r)) => Some(r.clone()),
+        _ => None,
+    });
+    let Some(Retry {
+        attempt, next_at, ..
+    }) = retry
+    else {
+        panic!("{lost:?}")
+    };
+    assert_eq!(
+        attempt, 1,
+        "the heal starts from the first attempt: {lost:?}"
+    );
+    assert!(next_at <= t(now + 100), "within the first delay: {next_at}");
+}
+
+#[test]
 fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
     let mut m = registered(StartPolicy::FailFast);
     assert_eq!(fire(&mut m), 3002);

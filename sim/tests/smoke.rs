@@ -585,6 +585,27 @@ fn watchers_catch_up_after_what_their_stalls_deferred() {
     }
 }
 
+/// Seed 7264317 (the 50,000-seed campaign after the public-call
+/// invariants): etcd was wiped, then lost its leader; the keep-alive
+/// reopens it refused ran the backoff up to the fast cap, and the lease's
+/// deadline passed on a stream reopened just after the prober had found
+/// etcd back. The heal then waited a fast cap (attempt 9) and took 1,530
+/// ms after the leader change, over its 1,500 ms bound. etcd found back now
+/// restarts the backoff, so that loss heals at a first attempt's pace.
+#[test]
+fn a_deadline_loss_just_after_etcd_returned_heals_at_the_first_attempts_pace() {
+    let r = run_case(&Case::generate(7264317, Shape::default()));
+    assert_passed(&r);
+    assert!(
+        r.verdict
+            .heal_by_kind
+            .iter()
+            .any(|(kind, _)| *kind == "leader change"),
+        "no heal after the leader change timed: {:?}",
+        r.verdict.heal_by_kind
+    );
+}
+
 /// Seed 7146099 (the 10,000-seed campaign on the sessions' heal bounds):
 /// a host whose resumes etcd refused during a wipe found its lease gone
 /// and granted a new one, then paused for 9.7 s before attaching it; the

@@ -263,7 +263,10 @@ impl LeaseEngine {
 
     /// etcd answers again after a silence: an attempt sent long before is
     /// given up as lost, a keep-alive is sent at once (to prove the
-    /// stream), and a backoff wait is cut short.
+    /// stream), a backoff wait is cut short, and the backoff starts again
+    /// from the first attempt (the failures counted so far were the
+    /// silence's; a loss found right after, such as a deadline passing on
+    /// a stream reopened too late, is paced as a first failure).
     fn cut(&mut self, now: Instant, probe_sent: Instant) {
         let timeout = self.config.request_timeout;
         let lost = |sent: Option<&Instant>| sent.is_some_and(|t| *t < probe_sent);
@@ -314,6 +317,7 @@ impl LeaseEngine {
             } => *retry_at = self.backoff.cut(now, *retry_at),
             _ => {}
         }
+        self.backoff.reset();
     }
 
     fn on_io(&mut self, now: Instant, c: Completion) {
