@@ -109,10 +109,14 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
     out
 }
 
-/// A random kill phase: within a keep-alive interval (TTL/3) plus etcd's
-/// 500 ms expiry tick.
+/// When to kill, after the host registered: first two keep-alive
+/// intervals and a second, so both subjects keep alive at their steady
+/// pace (the Go client's first interval is longer: it sends from a loop
+/// that wakes every 500 ms), then a random phase within a keep-alive
+/// interval (TTL/3) plus etcd's 500 ms expiry tick.
 fn phase(rng: &mut Rng, ttl: u64) -> Duration {
-    Duration::from_millis(rng.below(ttl * 1000 / 3 + 500))
+    let settle = ttl * 1000 * 2 / 3 + 1000;
+    Duration::from_millis(settle + rng.below(ttl * 1000 / 3 + 500))
 }
 
 async fn spawn_agent(endpoint: &str, host: &str, ttl: u64) -> Child {
