@@ -760,19 +760,30 @@ fn every_watcher_path_run_twice_as_slow_is_caught() {
         println!("{slowed:?}: caught by seed {seed:?}");
     }
     for slowed in [Slowed::WatcherProbe, Slowed::WatcherRequest] {
-        let r = run_case_with(&stalled_streams_case(), slowed);
-        let caught = r
-            .verdict
-            .violations
-            .iter()
-            .find(|v| invariants.contains(&v.invariant));
-        assert!(
-            caught.is_some(),
-            "{slowed:?} twice as slow went unnoticed on stalled streams: {:?}",
-            r.verdict.violations
+        assert_caught_on(
+            &stalled_streams_case(),
+            "stalled streams",
+            slowed,
+            &invariants,
         );
-        println!("{slowed:?} on stalled streams: {caught:?}");
     }
+}
+
+/// Runs the pinned `case` with `slowed` and asserts one of `invariants`
+/// failed.
+fn assert_caught_on(case: &Case, what: &str, slowed: Slowed, invariants: &[Invariant]) {
+    let r = run_case_with(case, slowed);
+    let caught = r
+        .verdict
+        .violations
+        .iter()
+        .find(|v| invariants.contains(&v.invariant));
+    assert!(
+        caught.is_some(),
+        "{slowed:?} twice as slow went unnoticed on {what}: {:?}",
+        r.verdict.violations
+    );
+    println!("{slowed:?} on {what}: {caught:?}");
 }
 
 // Reports every grant's TTL a second longer than etcd granted (as a
@@ -998,18 +1009,12 @@ fn every_session_heal_path_run_twice_as_slow_is_caught() {
         "SessionRefresh twice as slow went unnoticed"
     );
     println!("SessionRefresh: caught by seed {seed:?}");
-    let r = run_case_with(&leader_changes_case(), Slowed::SessionBackoff);
-    let caught = r
-        .verdict
-        .violations
-        .iter()
-        .find(|v| invariants.contains(&v.invariant));
-    assert!(
-        caught.is_some(),
-        "SessionBackoff twice as slow went unnoticed on leader changes: {:?}",
-        r.verdict.violations
+    assert_caught_on(
+        &leader_changes_case(),
+        "leader changes",
+        Slowed::SessionBackoff,
+        &invariants,
     );
-    println!("SessionBackoff on leader changes: {caught:?}");
 }
 
 /// Observers that see a leader's key deleted a second late report the

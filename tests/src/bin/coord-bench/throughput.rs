@@ -128,23 +128,18 @@ async fn coord_consumer(
     .await
     .ok()?;
     let mut w = writer(&etcd.endpoints()[0], prefix, hosts, puts);
-    let until = Instant::now() + DEADLINE;
-    let mut seen = 0;
-    let mut first = None;
-    while seen < puts {
-        let left = until.checked_duration_since(Instant::now())?;
-        let event = tokio::time::timeout(left, watcher.next()).await.ok()??;
+    let mut meter = Meter::new(puts);
+    while !meter.done() {
+        let event = tokio::time::timeout(meter.left()?, watcher.next())
+            .await
+            .ok()??;
         if matches!(event, HostEvent::Up { .. } | HostEvent::Updated { .. }) {
-            if first.is_none() {
-                first = Some((Instant::now(), cpu_us()));
-            }
-            seen += 1;
+            meter.count();
         }
     }
-    let (t0, c0) = first?;
-    let (t1, c1) = (Instant::now(), cpu_us());
+    let m = meter.finish();
     let _ = w.wait().await;
-    Some(measured(seen, t0, t1, c0, c1))
+    m
 }
 
 async fn raw_consumer(
@@ -171,12 +166,9 @@ async fn raw_consumer(
         .await
         .ok()?;
     let mut w = writer(&etcd.endpoints()[0], prefix, hosts, puts);
-    let until = Instant::now() + DEADLINE;
-    let mut seen = 0;
-    let mut first = None;
-    while seen < puts {
-        let left = until.checked_duration_since(Instant::now())?;
-        let msg = tokio::time::timeout(left, stream.message())
+    let mut meter = Meter::new(puts);
+    while !meter.done() {
+        let msg = tokio::time::timeout(meter.left()?, stream.message())
             .await
             .ok()?
             .ok()??;
@@ -187,27 +179,63 @@ async fn raw_consumer(
             let Some(kv) = e.kv() else { continue };
             // Decode the same JSON the watcher decodes.
             if serde_json::from_slice::<HostMetadata>(kv.value()).is_ok() {
-                if first.is_none() {
-                    first = Some((Instant::now(), cpu_us()));
-                }
-                seen += 1;
+                meter.count();
             }
         }
     }
-    let (t0, c0) = first?;
-    let (t1, c1) = (Instant::now(), cpu_us());
+    let m = meter.finish();
     let _ = w.wait().await;
-    Some(measured(seen, t0, t1, c0, c1))
+    m
 }
 
-fn measured(events: usize, t0: Instant, t1: Instant, c0: f64, c1: f64) -> Measured {
-    // From the first event to the last: the first one's own cost is not
-    // counted, so divide by the events after it.
-    let n = events.saturating_sub(1).max(1) as f64;
-    let secs = t1.saturating_duration_since(t0).as_secs_f64().max(1e-9);
-    Measured {
-        events_per_s: n / secs,
-        cpu_us_per_event: (c1 - c0) / n,
+/// Counts a consumer's events up to a target, timing them from the first
+/// to the last (wall clock and this process's CPU), within [`DEADLINE`].
+struct Meter {
+    target: usize,
+    seen: usize,
+    until: Instant,
+    /// When the first event was counted: (wall clock, CPU µs).
+    first: Option<(Instant, f64)>,
+}
+
+impl Meter {
+    fn new(target: usize) -> Meter {
+        Meter {
+            target,
+            seen: 0,
+            until: Instant::now() + DEADLINE,
+            first: None,
+        }
+    }
+
+    /// Time left before the deadline; `None` once it passed.
+    fn left(&self) -> Option<Duration> {
+        self.until.checked_duration_since(Instant::now())
+    }
+
+    fn done(&self) -> bool {
+        self.seen >= self.target
+    }
+
+    fn count(&mut self) {
+        if self.first.is_none() {
+            self.first = Some((Instant::now(), cpu_us()));
+        }
+        self.seen += 1;
+    }
+
+    /// The rate and CPU per event from the first event to now. The first
+    /// event's own cost is not counted, so both divide by the events after
+    /// it.
+    fn finish(&self) -> Option<Measured> {
+        let (t0, c0) = self.first?;
+        let (t1, c1) = (Instant::now(), cpu_us());
+        let n = self.seen.saturating_sub(1).max(1) as f64;
+        let secs = t1.saturating_duration_since(t0).as_secs_f64().max(1e-9);
+        Some(Measured {
+            events_per_s: n / secs,
+            cpu_us_per_event: (c1 - c0) / n,
+        })
     }
 }
 
