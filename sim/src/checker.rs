@@ -987,9 +987,11 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         if kind != HealPath::GlobalHeal && outages.iter().any(|(s, e)| *s < at && at < *e) {
             continue;
         }
+        // Still cut off by a fault of its own, one that began at this very
+        // clear included (a restart straight into a partition).
         if own
             .iter()
-            .any(|(h, s, e, _)| *h == subject && *s < at && at < *e)
+            .any(|(h, s, e, _)| *h == subject && *s <= at && at < *e)
         {
             continue;
         }

@@ -606,6 +606,26 @@ fn a_deadline_loss_just_after_etcd_returned_heals_at_the_first_attempts_pace() {
     );
 }
 
+/// Seed 7276046 (the same campaign): an election process restarted after
+/// a crash at the very millisecond a partition of it began; the checker
+/// timed its heal from the restart (bound 500 ms) though the partition
+/// held it 3.4 s more. A clear now counts only when no fault of the
+/// subject's own holds it, one that began at that instant included; the
+/// heal is timed from the partition's end.
+#[test]
+fn a_restart_straight_into_a_partition_heals_along_the_partition() {
+    let r = run_case(&Case::generate(7276046, Shape::default()));
+    assert_passed(&r);
+    assert!(
+        r.verdict
+            .session_heal_by_kind
+            .iter()
+            .any(|(kind, _)| *kind == "partition"),
+        "no session heal after the partition timed: {:?}",
+        r.verdict.session_heal_by_kind
+    );
+}
+
 /// Seed 7146099 (the 10,000-seed campaign on the sessions' heal bounds):
 /// a host whose resumes etcd refused during a wipe found its lease gone
 /// and granted a new one, then paused for 9.7 s before attaching it; the
