@@ -20,7 +20,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
 use crate::stats::{Comparison, Series};
-use crate::{kill9, Rng, Settings};
+use crate::{collect, kill9, ms_since, Rng, Settings};
 
 /// Where the agents register (apart from every other benchmark's keys).
 const PREFIX: &str = "/coord/hosts/";
@@ -221,22 +221,4 @@ async fn etcdctl_trials(
         }));
     }
     collect(tasks).await
-}
-
-fn ms_since(later: Instant, earlier: Instant) -> f64 {
-    later.saturating_duration_since(earlier).as_secs_f64() * 1000.0
-}
-
-/// The values of the trials that completed (a trial that timed out is
-/// reported and left out).
-async fn collect(tasks: Vec<tokio::task::JoinHandle<Option<f64>>>) -> Vec<f64> {
-    let mut out = Vec::new();
-    for t in tasks {
-        match t.await {
-            Ok(Some(v)) => out.push(v),
-            Ok(None) => eprintln!("coord-bench: a trial timed out; left out"),
-            Err(e) => eprintln!("coord-bench: a trial failed: {e}"),
-        }
-    }
-    out
 }

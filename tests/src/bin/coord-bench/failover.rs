@@ -17,7 +17,7 @@ use etcd_client::GetOptions;
 use tokio::process::Command;
 
 use crate::stats::{summary, Comparison, Series};
-use crate::{Rng, Settings};
+use crate::{collect, Rng, Settings};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -160,15 +160,7 @@ async fn trials(
             led
         }));
     }
-    let mut out = Vec::new();
-    for t in tasks {
-        match t.await {
-            Ok(Some(v)) => out.push(v),
-            Ok(None) => eprintln!("coord-bench: a successor never led; trial left out"),
-            Err(e) => eprintln!("coord-bench: a trial failed: {e}"),
-        }
-    }
-    out
+    collect(tasks).await
 }
 
 /// Reads `peer`'s lines until one says it leads (false after the deadline).

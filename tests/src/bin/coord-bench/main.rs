@@ -132,6 +132,25 @@ pub async fn kill9(child: &mut tokio::process::Child) {
     let _ = child.wait().await;
 }
 
+/// Milliseconds from `earlier` to `later` (0 if `later` is earlier).
+pub fn ms_since(later: std::time::Instant, earlier: std::time::Instant) -> f64 {
+    later.saturating_duration_since(earlier).as_secs_f64() * 1000.0
+}
+
+/// The values of the trials that completed (a trial that timed out or
+/// failed is reported and left out).
+pub async fn collect(tasks: Vec<tokio::task::JoinHandle<Option<f64>>>) -> Vec<f64> {
+    let mut out = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok(Some(v)) => out.push(v),
+            Ok(None) => eprintln!("coord-bench: a trial timed out; left out"),
+            Err(e) => eprintln!("coord-bench: a trial failed: {e}"),
+        }
+    }
+    out
+}
+
 struct Args {
     bench: String,
     quick: bool,

@@ -9,7 +9,7 @@ use coord_tests::etcd::EtcdCluster;
 use etcd_client::{EventType, PutOptions, WatchOptions};
 
 use crate::stats::{Comparison, Series};
-use crate::{Rng, Settings};
+use crate::{ms_since, Rng, Settings};
 
 const PREFIX: &str = "/bench/stop/hosts/";
 const BASE: &str = "/bench/stop/raw/";
@@ -49,7 +49,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
         let stopping = Instant::now();
         host.stop().await.expect("stop");
         match next_for(&mut watcher, &id, true).await {
-            Some(at) => coord_ms.push(ms_between(stopping, at)),
+            Some(at) => coord_ms.push(ms_since(at, stopping)),
             None => eprintln!("coord-bench: no Down for {id}; trial left out"),
         }
     }
@@ -102,7 +102,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
             }
         };
         match deleted {
-            Some(at) => raw_ms.push(ms_between(revoking, at)),
+            Some(at) => raw_ms.push(ms_since(at, revoking)),
             None => eprintln!("coord-bench: no delete for {key}; trial left out"),
         }
     }
@@ -142,8 +142,4 @@ async fn next_for(
             return Some(Instant::now());
         }
     }
-}
-
-fn ms_between(earlier: Instant, later: Instant) -> f64 {
-    later.saturating_duration_since(earlier).as_secs_f64() * 1000.0
 }
