@@ -210,6 +210,22 @@ impl Nominal {
         wait + REGISTRATION_MS
     }
 
+    /// How long after a partition that lost etcd's messages to it ended a
+    /// subject may take to heal from what its stalled keep-alive stream
+    /// never told it (a close, a TTL-0 reply): the first keep-alive after
+    /// the lost message goes out within a keep-alive interval and counts
+    /// as unanswered a request timeout later; the stream is reopened at
+    /// once, and a lease found gone is granted anew after a first retry.
+    pub fn stalled_heal_ms(&self, ttl_secs: u64) -> u64 {
+        let b = &self.liveness.backoff;
+        let initial = ms(b.initial);
+        let first_retries = initial + initial * u64::from(b.multiplier.max(1));
+        self.refresh_ms(ttl_secs)
+            + ms(self.liveness.request_timeout)
+            + first_retries
+            + REGISTRATION_MS
+    }
+
     /// How long after its lease is revoked from outside a host may still
     /// report it: until its next keep-alive is answered, one keep-alive
     /// interval plus the sampling.

@@ -40,7 +40,7 @@ use coord::{LivenessEvent, LivenessStatus, LostReason, RevokeOutcome};
 use crate::bounds::{HealPath, Nominal};
 use crate::harness::{heal_bound, EXPIRY_SLACK};
 use crate::history::{Condition, History, HostSample, What, SAMPLE_EVERY};
-use crate::schedule::{Case, Fault};
+use crate::schedule::{Case, Direction, Fault};
 
 /// Which invariant failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -758,6 +758,9 @@ struct Healers {
     begins: fn(&What) -> Option<(usize, HealPath)>,
     /// The subject and path of a record that ends one.
     ends: fn(&What) -> Option<(usize, HealPath)>,
+    /// The subject of a record that begins a partition losing etcd's
+    /// messages to it (a stream it stalls stays stalled after).
+    mutes: fn(&What) -> Option<usize>,
     /// Each revoke of a subject's lease from outside (a heal is timed from
     /// it): (when, subject).
     revokes: Vec<(u64, usize)>,
@@ -786,6 +789,14 @@ impl Healers {
                 What::PartitionEnded { host } => Some((*host, HealPath::Partition)),
                 What::Resumed { host } => Some((*host, HealPath::Pause)),
                 What::Restarted { host } => Some((*host, HealPath::Restart)),
+                _ => None,
+            },
+            mutes: |w| match w {
+                What::Fault(Fault::Partition {
+                    host,
+                    direction: Direction::FromEtcd | Direction::Both,
+                    ..
+                }) => Some(*host),
                 _ => None,
             },
             revokes: history
@@ -837,6 +848,14 @@ impl Healers {
                 }
                 What::ContenderResumed { contender } => Some((*contender, HealPath::Pause)),
                 What::ContenderRestarted { contender } => Some((*contender, HealPath::Restart)),
+                _ => None,
+            },
+            mutes: |w| match w {
+                What::Fault(Fault::ContenderPartition {
+                    contender,
+                    direction: Direction::FromEtcd | Direction::Both,
+                    ..
+                }) => Some(*contender),
                 _ => None,
             },
             // A leader's lease revoked from outside: the lease is recorded
@@ -943,6 +962,19 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         }
     }
     own.extend(open.iter().map(|(h, s, k)| (*h, *s, u64::MAX, *k)));
+    // Each subject's own partitions that lost etcd's messages to it, as
+    // (subject, end): a keep-alive stream they stalled stays stalled after.
+    let muted: Vec<(usize, u64)> = own
+        .iter()
+        .filter(|(h, s, _, k)| {
+            *k == HealPath::Partition
+                && history
+                    .records
+                    .iter()
+                    .any(|r| r.at_ms == *s && (healers.mutes)(&r.what) == Some(*h))
+        })
+        .map(|(h, _, e, _)| (*h, *e))
+        .collect();
     // Each etcd-wide outage with the path a subject whose own partition or
     // pause hid it heals along.
     let hidden: Vec<(u64, u64, HealPath)> = history
@@ -1044,6 +1076,18 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
                 .map(|(_, _, path)| nominal.heal_ms(path, ttl))
                 .fold(bound, u64::max);
         }
+        // A partition of its own that lost etcd's messages and ended before
+        // this clear may have stalled its keep-alive stream: what etcd did
+        // since (a close, a TTL-0 reply) waits behind the lost message
+        // until the stream counts as unanswered.
+        bound = muted
+            .iter()
+            .filter(|(h, e)| *h == subject && *e < at)
+            .map(|(_, e)| {
+                e.saturating_add(nominal.stalled_heal_ms(ttl))
+                    .saturating_sub(at)
+            })
+            .fold(bound, u64::max);
         // Within a request timeout of etcd leaving requests unanswered, the
         // subject may still wait out a request whose reply was lost,
         // whatever cleared since.
