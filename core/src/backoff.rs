@@ -29,6 +29,23 @@ pub enum FailureClass {
     Slow,
 }
 
+/// How delays are drawn from the ceiling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+pub enum Pacing {
+    /// coord's pacing: a fast failure's ceiling stops at `fast_cap`, each
+    /// delay is drawn with equal jitter, and etcd found back (a probe
+    /// answered after a silence) cuts a wait short and restarts the count.
+    #[default]
+    Adaptive,
+    /// The go-coord-style baseline, kept for comparisons (benchmarks, the
+    /// simulator's side-by-side runs), not for production: every delay is
+    /// exactly the slow ceiling (pure doubling from `initial` to `cap`, no
+    /// jitter, no fast class, `fast_cap` unused), and etcd found back
+    /// changes nothing: a wait is always served in full.
+    Plain,
+}
+
 /// Backoff parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -41,6 +58,8 @@ pub struct BackoffConfig {
     pub cap: Duration,
     /// Largest ceiling for fast failures. Default 1 s. Clamped to `cap`.
     pub fast_cap: Duration,
+    /// How delays are drawn. Default [`Pacing::Adaptive`].
+    pub pacing: Pacing,
 }
 
 impl Default for BackoffConfig {
@@ -50,6 +69,7 @@ impl Default for BackoffConfig {
             multiplier: 2,
             cap: Duration::from_secs(30),
             fast_cap: Duration::from_secs(1),
+            pacing: Pacing::Adaptive,
         }
     }
 }
@@ -73,6 +93,15 @@ pub enum BackoffConfigError {
 }
 
 impl BackoffConfig {
+    /// The go-coord-style baseline: 100 ms doubling to 30 s, no jitter, no
+    /// fast class, blind to etcd's return ([`Pacing::Plain`]).
+    pub fn plain() -> Self {
+        BackoffConfig {
+            pacing: Pacing::Plain,
+            ..BackoffConfig::default()
+        }
+    }
+
     /// Checks the parameters.
     pub fn validate(&self) -> Result<(), BackoffConfigError> {
         if self.initial < Duration::from_millis(1) {
@@ -129,13 +158,25 @@ impl Backoff {
     }
 
     /// Records one failure and returns how long to wait before retrying:
-    /// uniform in `[ceiling/2, ceiling]` (equal jitter).
+    /// uniform in `[ceiling/2, ceiling]` (equal jitter); under
+    /// [`Pacing::Plain`], the slow ceiling itself, whatever the class.
     pub fn next_delay(&mut self, class: FailureClass) -> Duration {
+        if self.config.pacing == Pacing::Plain {
+            let delay = self.ceiling(FailureClass::Slow);
+            self.attempt = self.attempt.saturating_add(1);
+            return delay;
+        }
         let ceiling = u64::try_from(self.ceiling(class).as_millis()).unwrap_or(u64::MAX);
         let half = ceiling / 2;
         let delay = half + self.rng.below_inclusive(ceiling - half);
         self.attempt = self.attempt.saturating_add(1);
         Duration::from_millis(delay)
+    }
+
+    /// Whether etcd found back (a probe answered after a silence) may cut
+    /// a wait short: false under [`Pacing::Plain`].
+    pub fn heeds_returns(&self) -> bool {
+        self.config.pacing == Pacing::Adaptive
     }
 
     /// Forgets past failures (after a success).
@@ -147,8 +188,12 @@ impl Backoff {
     /// probe succeeded after a silence): `now` plus a jittered delay of up
     /// to half the fast cap, so that a fleet does not retry at one instant;
     /// never later than `next_at`. The failures so far still count: if the
-    /// retry fails too, the next delay keeps growing.
+    /// retry fails too, the next delay keeps growing. Under
+    /// [`Pacing::Plain`], `next_at` unchanged.
     pub fn cut(&mut self, now: crate::Instant, next_at: crate::Instant) -> crate::Instant {
+        if !self.heeds_returns() {
+            return next_at;
+        }
         let window = u64::try_from(self.config.fast_cap.min(self.config.cap).as_millis() / 2)
             .unwrap_or(u64::MAX);
         let cut = now + Duration::from_millis(self.rng.below_inclusive(window));
@@ -162,6 +207,31 @@ mod tests {
 
     fn ms(d: Duration) -> u64 {
         d.as_millis() as u64
+    }
+
+    #[test]
+    fn plain_pacing_doubles_exactly_to_the_cap_whatever_the_class() {
+        let mut b = Backoff::new(BackoffConfig::plain(), 42);
+        assert!(!b.heeds_returns());
+        let want = [
+            100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000,
+        ];
+        for (i, w) in want.iter().enumerate() {
+            // A fast failure is paced as a slow one: no 1 s fast cap.
+            let class = if i % 2 == 0 {
+                FailureClass::Fast
+            } else {
+                FailureClass::Slow
+            };
+            assert_eq!(ms(b.next_delay(class)), *w, "attempt {i}");
+        }
+        // etcd found back does not cut a wait short.
+        let now = crate::Instant::from_millis(1_000);
+        let next_at = crate::Instant::from_millis(31_000);
+        assert_eq!(b.cut(now, next_at), next_at);
+        b.reset();
+        assert_eq!(ms(b.next_delay(FailureClass::Fast)), 100);
+        assert!(Backoff::new(BackoffConfig::default(), 1).heeds_returns());
     }
 
     #[test]

@@ -335,8 +335,12 @@ impl Contender {
         }
     }
 
-    /// etcd answers again: cuts a backoff wait short.
+    /// etcd answers again: cuts a backoff wait short. Nothing under
+    /// [`Pacing::Plain`](crate::Pacing::Plain).
     pub(crate) fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
+        if !self.backoff.heeds_returns() {
+            return;
+        }
         // Requests sent in the silence are given up now, as their deadline
         // would (a join or leave then waits to be retried, cut below).
         let timeout = self.config.request_timeout;

@@ -61,7 +61,7 @@ pub mod session;
 pub mod time;
 pub mod watcher;
 
-pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass};
+pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass, Pacing};
 
 /// What a machine does when its very first attempt (a host's first
 /// registration, a watcher's first snapshot) fails.

@@ -14,13 +14,13 @@ use std::time::Duration;
 
 use crate::backoff::BackoffConfig;
 use crate::ids::{Key, LeaseId};
-use crate::lease::{Attach, LeaseConfig, LeaseEngine, OnLoss};
+use crate::lease::{Attach, LeaseConfig, LeaseEngine};
 use crate::time::Instant;
 pub use crate::StartPolicy;
 
 pub use crate::lease::{
-    ConfigError, Event, Input, LeaseState as LivenessState, LostReason, Output, RevokeOutcome,
-    UsageError, MAX_TTL, MIN_REFRESH, MIN_TTL,
+    ConfigError, Event, Input, LeaseState as LivenessState, LostReason, OnLoss, Output,
+    RevokeOutcome, UsageError, MAX_TTL, MIN_REFRESH, MIN_TTL,
 };
 pub use crate::outcome::{AttemptFailure, Retry};
 
@@ -45,6 +45,10 @@ pub struct LivenessConfig {
     pub seed: u64,
     /// What a failed first registration does.
     pub start: StartPolicy,
+    /// What a lost lease becomes: resumed (the default; the key stays and
+    /// watchers see no flap when etcd still has the lease) or replaced by
+    /// a new one (go-coord's way, for comparisons).
+    pub on_loss: OnLoss,
 }
 
 impl LivenessConfig {
@@ -61,10 +65,11 @@ impl LivenessConfig {
             backoff: lease.backoff,
             seed,
             start: lease.start,
+            on_loss: OnLoss::Resume,
         }
     }
 
-    /// The lease engine's config: this key attached, resumed on loss.
+    /// The lease engine's config: this key attached.
     pub fn lease(&self) -> LeaseConfig {
         LeaseConfig {
             ttl: self.ttl,
@@ -77,7 +82,7 @@ impl LivenessConfig {
                 key: self.key.clone(),
                 value: self.value.clone(),
             }),
-            on_loss: OnLoss::Resume,
+            on_loss: self.on_loss,
         }
     }
 

@@ -1039,3 +1039,86 @@ fn a_deadline_passing_on_a_stream_reopened_just_before_it_heals_at_the_fast_pace
         next_at.as_millis() - at
     );
 }
+
+/// The go-coord-style baseline (plain pacing, a lost lease replaced): a
+/// loss is followed by a revoke of the old lease and a fresh grant after
+/// exactly the first ceiling, refusals double the wait past the 1 s fast
+/// cap, and etcd found back cuts nothing short.
+#[test]
+fn the_plain_baseline_replaces_a_lost_lease_and_serves_every_wait_in_full() {
+    let mut c = config(StartPolicy::FailFast);
+    c.backoff = BackoffConfig::plain();
+    c.on_loss = OnLoss::Replace;
+    let mut m = registered_with(c);
+    closed(&mut m, 500, 3, Failure::Unavailable("no leader".into()));
+    let out = drain(&mut m);
+    // The stream had replies: reopened at once, whatever the pacing.
+    assert_eq!(
+        out,
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            ev(Event::KeepAliveInterrupted {
+                lease: LEASE,
+                failure: Failure::Unavailable("no leader".into())
+            }),
+            cmd(Command::OpenKeepAlive {
+                op: OpId(4),
+                lease: LEASE
+            })
+        ]
+    );
+    // Refused reopens: 100, 200, 400, 800, 1600 ms, exactly.
+    let mut now = 500;
+    for (op, want) in (4..).zip([100, 200, 400, 800, 1600]) {
+        closed(&mut m, now, op, Failure::Unavailable("no leader".into()));
+        let _ = drain(&mut m);
+        let at = m.poll_timeout().expect("a retry").as_millis();
+        assert_eq!(at - now, want, "after refusal {}", op - 3);
+        // etcd found back changes nothing.
+        m.handle(t(now + 1), Input::Returned { probe_sent: t(now) })
+            .unwrap();
+        assert_eq!(drain(&mut m), vec![]);
+        assert_eq!(m.poll_timeout(), Some(t(at)));
+        now = fire(&mut m);
+        let _ = drain(&mut m);
+    }
+    // The lease is then lost (its deadline passes): its revoke goes out
+    // with the loss, and a new lease is granted, with no resume between.
+    let (lost_at, lost) = loop {
+        let at = fire(&mut m);
+        let out = drain(&mut m);
+        if out
+            .iter()
+            .any(|o| matches!(o, Output::Event(Event::Lost { .. })))
+        {
+            break (at, out);
+        }
+    };
+    assert!(lost_at <= 9_002, "lost by the deadline, at {lost_at}");
+    assert!(
+        lost.iter().any(|o| matches!(
+            o,
+            Output::Command(Command::Revoke { lease, .. }) if *lease == LEASE
+        )),
+        "the old lease revoked: {lost:?}"
+    );
+    let grant_at = loop {
+        let at = fire(&mut m);
+        let out = drain(&mut m);
+        assert!(
+            !out.iter()
+                .any(|o| matches!(o, Output::Command(Command::OpenKeepAlive { .. }))),
+            "no resume: {out:?}"
+        );
+        if out
+            .iter()
+            .any(|o| matches!(o, Output::Command(Command::Grant { .. })))
+        {
+            break at;
+        }
+    };
+    // Attempts 1-5 were the refusals, 6 the reopen found silent (3.2 s);
+    // the loss is the seventh: 6.4 s, where coord's pacing would wait at
+    // most its 1 s fast cap.
+    assert_eq!(grant_at - lost_at, 6_400);
+}

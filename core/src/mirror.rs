@@ -429,8 +429,12 @@ impl Mirror {
 
     /// etcd answers again after a silence: a request sent long before is
     /// given up as lost, a quiet watch is probed at once, and a backoff
-    /// wait is cut short (see [`Backoff::cut`]).
+    /// wait is cut short (see [`Backoff::cut`]). Nothing under
+    /// [`Pacing::Plain`](crate::Pacing::Plain).
     pub(crate) fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
+        if !self.backoff.heeds_returns() {
+            return;
+        }
         let timeout = self.config.request_timeout;
         let lost = |d: &Instant| crate::probe::sent_before(*d, timeout, probe_sent);
         let due = match &mut self.state {

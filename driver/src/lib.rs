@@ -84,12 +84,12 @@ pub use client::Client;
 #[cfg(not(madsim))]
 pub use connect::{connect, ConnectOptions};
 pub use coord_core::kv::KeyValue;
-pub use coord_core::liveness::{Event as LivenessEvent, LostReason, RevokeOutcome};
+pub use coord_core::liveness::{Event as LivenessEvent, LostReason, OnLoss, RevokeOutcome};
 pub use coord_core::probe::ProbeConfig;
 pub use coord_core::watcher::ResyncReason;
 pub use coord_core::Revision;
 pub use coord_core::{AttemptFailure, Retry};
-pub use coord_core::{BackoffConfig, LeaseId};
+pub use coord_core::{BackoffConfig, LeaseId, Pacing};
 pub use error::Error;
 pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX};
 pub use metadata::{

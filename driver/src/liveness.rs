@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use coord_core::liveness::{Event, Input, Liveness, LivenessConfig, RevokeOutcome, StartPolicy};
+use coord_core::liveness::{
+    Event, Input, Liveness, LivenessConfig, OnLoss, RevokeOutcome, StartPolicy,
+};
 use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -47,6 +49,11 @@ pub struct LivenessOptions {
     /// background (like after a loss) and `register` returns at once with
     /// the handle. Default false: `register` fails fast.
     pub retry_first_registration: bool,
+    /// What a lost lease becomes. Default [`OnLoss::Resume`]: unless etcd
+    /// said the lease is dead, keep it (the key stays; watchers see no
+    /// `Down`/`Up` flap). [`OnLoss::Replace`] revokes it and registers
+    /// under a new lease, as go-coord does (kept for comparisons).
+    pub on_loss: OnLoss,
 }
 
 impl Default for LivenessOptions {
@@ -59,6 +66,7 @@ impl Default for LivenessOptions {
             backoff: BackoffConfig::default(),
             seed: None,
             retry_first_registration: false,
+            on_loss: OnLoss::Resume,
         }
     }
 }
@@ -134,6 +142,7 @@ impl HostLiveness {
             } else {
                 StartPolicy::FailFast
             },
+            on_loss: opts.on_loss,
         };
         let machine = Liveness::new(config)?;
         let (requests, requests_rx) = mpsc::unbounded_channel();

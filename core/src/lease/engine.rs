@@ -230,7 +230,10 @@ impl LeaseEngine {
             Input::Start => return self.on_start(now),
             Input::Close => self.on_close(now),
             Input::Timeout => self.on_timeout(now),
-            Input::Returned { probe_sent } => self.cut(now, probe_sent),
+            Input::Returned { probe_sent } if self.backoff.heeds_returns() => {
+                self.cut(now, probe_sent)
+            }
+            Input::Returned { .. } => {}
             Input::Io(c) => self.on_io(now, c),
         }
         Ok(())
