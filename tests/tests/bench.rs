@@ -30,13 +30,23 @@ fn every_benchmark_produces_its_table_csv_and_plot() {
         ("watcher-rate", "Watcher throughput"),
         ("pool-keepalives", "lease renewals per minute"),
         ("pool-leases", "leases held at etcd"),
+        ("heal-restart-3s", "Heal: etcd killed and restarted for 3 s"),
+        ("heal-sigstop-3s", "Heal: etcd SIGSTOPped for 3 s"),
+        ("heal-blackhole-3s", "Heal: etcd blackholed for 3 s"),
+        ("herd-grants", "Herd: lease grants per 100 ms"),
+        (
+            "herd-keepalive-opens",
+            "Herd: keep-alive stream opens per 100 ms",
+        ),
+        ("herd-calls", "Herd: gRPC calls of every kind per 100 ms"),
     ] {
         let table = stdout
             .split("\n\n")
             .find(|t| t.contains(title))
             .unwrap_or_else(|| panic!("no table for {title}:\n{stdout}"));
         assert!(
-            table.contains("ratio of medians (coord / "),
+            table.contains("ratio of medians (coord / ")
+                || (id.starts_with("herd-") && table.contains("ratio of maxima (coord / ")),
             "{title}: no ratio:\n{table}"
         );
         let csv = std::fs::read_to_string(out.path().join(format!("{id}.csv"))).unwrap();

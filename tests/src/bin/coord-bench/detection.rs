@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::Notify;
 
-use crate::stats::{Comparison, Series};
+use crate::stats::{Comparison, Series, Statistic};
 use crate::{collect, kill9, ms_since, Rng, Settings};
 
 /// Where the agents register (apart from every other benchmark's keys).
@@ -102,6 +102,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: "etcdctl keep-alive + watch".into(),
                 values: baseline,
             },
+            ratio_of: Statistic::Median,
             note: Some(note),
         });
     }

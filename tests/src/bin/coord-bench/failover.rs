@@ -16,7 +16,7 @@ use coord_tests::etcdctl::Peer;
 use etcd_client::GetOptions;
 use tokio::process::Command;
 
-use crate::stats::{summary, Comparison, Series};
+use crate::stats::{summary, Comparison, Series, Statistic};
 use crate::{collect, Rng, Settings};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -97,6 +97,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: "etcdctl lock --ttl".into(),
                 values: failover.1,
             },
+            ratio_of: Statistic::Median,
             note: Some(note),
         },
         Comparison {
@@ -112,6 +113,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: "etcdctl elect".into(),
                 values: handover.1,
             },
+            ratio_of: Statistic::Median,
             note: None,
         },
     ]

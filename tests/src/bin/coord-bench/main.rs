@@ -3,7 +3,7 @@
 //! machines are noisy; absolute times mean little).
 //!
 //! ```text
-//! coord-bench detection|stop|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]
+//! coord-bench detection|stop|heal|herd|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]
 //! ```
 //!
 //! Each benchmark prints a table (min, median, p99 and max of coord and of
@@ -17,6 +17,15 @@
 //!   killed the same way and `etcdctl watch`;
 //! - `stop`: `stop()` to `Down`, against an etcd-client revoke to the
 //!   delete event;
+//! - `heal`: etcd killed and restarted, SIGSTOPped, or blackholed through
+//!   a TCP proxy, for 5, 20 and 60 s; etcd answering again to each host's
+//!   lease kept alive again, against the go-coord-style policy (plain
+//!   doubling to 30 s, no jitter, no fast class, no resume) through the
+//!   same driver;
+//! - `herd`: 1,000 hosts, each with its own client, in several processes,
+//!   through etcd killed and restarted: lease grants, keep-alive opens and
+//!   every gRPC call per 100 ms after its return (etcd's `/metrics`),
+//!   against the go-coord-style policy;
 //! - `failover`: a leader killed -9 to its successor leading (TTL 3 s),
 //!   against `etcdctl lock --ttl`; resign to successor, against `etcdctl
 //!   elect`;
@@ -35,6 +44,9 @@
 
 mod detection;
 mod failover;
+mod heal;
+mod herd;
+mod metrics;
 mod plot;
 mod pool;
 mod stats;
@@ -48,7 +60,7 @@ use coord_tests::etcd::EtcdCluster;
 use stats::Comparison;
 
 const USAGE: &str =
-    "usage: coord-bench detection|stop|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]";
+    "usage: coord-bench detection|stop|heal|herd|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]";
 
 /// What a run measures, from the flags.
 #[derive(Debug, Clone)]
@@ -65,6 +77,19 @@ pub struct Settings {
     pub names: usize,
     pub windows: usize,
     pub window: std::time::Duration,
+    /// Heal benchmark: outage lengths (s), rounds per length, and hosts
+    /// of each policy per round.
+    pub outages: Vec<u64>,
+    pub heal_rounds: usize,
+    pub heal_hosts: usize,
+    /// Herd benchmark: hosts, the processes they are spread over, their
+    /// TTL, how long etcd is down, and how long after its return is
+    /// measured.
+    pub herd_hosts: usize,
+    pub herd_ttl: std::time::Duration,
+    pub herd_processes: usize,
+    pub herd_outage: std::time::Duration,
+    pub herd_window: std::time::Duration,
 }
 
 impl Settings {
@@ -78,6 +103,14 @@ impl Settings {
             names: 1_000,
             windows: 6,
             window: std::time::Duration::from_secs(10),
+            outages: vec![5, 20, 60],
+            heal_rounds: 4,
+            heal_hosts: 5,
+            herd_hosts: 1_000,
+            herd_ttl: std::time::Duration::from_secs(10),
+            herd_processes: 4,
+            herd_outage: std::time::Duration::from_secs(20),
+            herd_window: std::time::Duration::from_secs(40),
         }
     }
 
@@ -91,6 +124,14 @@ impl Settings {
             names: 50,
             windows: 2,
             window: std::time::Duration::from_secs(5),
+            outages: vec![3],
+            heal_rounds: 1,
+            heal_hosts: 2,
+            herd_hosts: 60,
+            herd_ttl: std::time::Duration::from_secs(2),
+            herd_processes: 2,
+            herd_outage: std::time::Duration::from_secs(3),
+            herd_window: std::time::Duration::from_secs(6),
         }
     }
 }
@@ -164,7 +205,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
     let bench = it.next().ok_or(USAGE)?.clone();
     if !matches!(
         bench.as_str(),
-        "detection" | "stop" | "failover" | "watcher" | "pool" | "all"
+        "detection" | "stop" | "heal" | "herd" | "failover" | "watcher" | "pool" | "all"
     ) {
         return Err(format!("unknown benchmark {bench:?}\n{USAGE}"));
     }
@@ -216,6 +257,15 @@ async fn main() -> ExitCode {
             }
         };
     }
+    if argv.first().map(String::as_str) == Some("__hosts") {
+        return match herd::hosts(&argv[1..]).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("coord-bench hosts: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if matches!(argv.first().map(String::as_str), Some("-h" | "--help")) {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
@@ -251,7 +301,7 @@ async fn main() -> ExitCode {
         args.out.display()
     );
     let mut rng = Rng::new(args.seed);
-    let etcd = EtcdCluster::single().await;
+    let mut etcd = EtcdCluster::single().await;
     let all = args.bench == "all";
     let mut comparisons = Vec::new();
     if all || args.bench == "detection" {
@@ -268,6 +318,13 @@ async fn main() -> ExitCode {
     }
     if all || args.bench == "pool" {
         comparisons.extend(pool::run(&etcd, &settings, &mut rng).await);
+    }
+    // Last: these take etcd down.
+    if all || args.bench == "herd" {
+        comparisons.extend(herd::run(&mut etcd, &settings, &mut rng).await);
+    }
+    if all || args.bench == "heal" {
+        comparisons.extend(heal::run(&mut etcd, &settings, &mut rng).await);
     }
     let mut failed = false;
     for c in &comparisons {

@@ -9,23 +9,10 @@ use std::time::Duration;
 
 use coord::{Election, ElectionPool, Leadership, SessionOptions};
 use coord_tests::etcd::EtcdCluster;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-use crate::stats::{Comparison, Series};
+use crate::metrics::counter;
+use crate::stats::{Comparison, Series, Statistic};
 use crate::{Rng, Settings};
-
-/// The value of counter `name` on `endpoint`'s `/metrics`.
-async fn counter(endpoint: &str, name: &str) -> Option<f64> {
-    let addr = endpoint.strip_prefix("http://")?;
-    let mut stream = TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.ok()?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 /// Distinct leases under the keys of `prefix` whose names end with
 /// `suffix` (one subject's queues).
@@ -142,6 +129,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: "a session per name".into(),
                 values: per_name.0,
             },
+            ratio_of: Statistic::Median,
             note: Some(format!(
                 "{leading} of {n} names led through the pool; TTL 10 s; each value one {} s window",
                 s.window.as_secs()
@@ -160,6 +148,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: "a session per name".into(),
                 values: per_name.1,
             },
+            ratio_of: Statistic::Median,
             note: None,
         },
     ]

@@ -61,15 +61,42 @@ pub struct Comparison {
     pub baseline: Series,
     /// A line printed under the table, if any.
     pub note: Option<String>,
+    /// Which statistic the ratio compares.
+    pub ratio_of: Statistic,
+}
+
+/// The statistic a comparison's ratio is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Statistic {
+    /// The medians (a typical trial).
+    Median,
+    /// The maxima (a peak load).
+    Max,
+}
+
+impl Statistic {
+    fn of(self, s: &Summary) -> f64 {
+        match self {
+            Statistic::Median => s.median,
+            Statistic::Max => s.max,
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            Statistic::Median => "medians",
+            Statistic::Max => "maxima",
+        }
+    }
 }
 
 impl Comparison {
-    /// coord's median over the baseline's; `None` if either is empty or
-    /// the baseline's median is 0.
+    /// coord's statistic over the baseline's (see `ratio_of`); `None` if
+    /// either is empty or the baseline's is 0.
     pub fn ratio(&self) -> Option<f64> {
-        let c = summary(&self.coord.values)?;
-        let b = summary(&self.baseline.values)?;
-        (b.median != 0.0).then(|| c.median / b.median)
+        let c = self.ratio_of.of(&summary(&self.coord.values)?);
+        let b = self.ratio_of.of(&summary(&self.baseline.values)?);
+        (b != 0.0).then(|| c / b)
     }
 
     /// The human table: a row per subject, then the ratio of medians.
@@ -114,12 +141,13 @@ impl Comparison {
             Some(r) => {
                 let _ = writeln!(
                     out,
-                    "  ratio of medians (coord / {}): {r:.3}",
+                    "  ratio of {} (coord / {}): {r:.3}",
+                    self.ratio_of.plural(),
                     self.baseline.subject
                 );
             }
             None => {
-                let _ = writeln!(out, "  ratio of medians: n/a");
+                let _ = writeln!(out, "  ratio of {}: n/a", self.ratio_of.plural());
             }
         }
         if let Some(note) = &self.note {
@@ -172,8 +200,17 @@ mod tests {
                 values: vec![4.0, 4.0, 1.0],
             },
             note: None,
+            ratio_of: Statistic::Median,
         };
         assert_eq!(c.ratio(), Some(0.5));
         assert!(c.table().contains("ratio of medians (coord / base): 0.500"));
+        let peaks = Comparison {
+            ratio_of: Statistic::Max,
+            ..c
+        };
+        assert_eq!(peaks.ratio(), Some(7.5));
+        assert!(peaks
+            .table()
+            .contains("ratio of maxima (coord / base): 7.500"));
     }
 }

@@ -8,7 +8,7 @@ use coord::{HostEvent, HostLiveness, HostMetadata, HostWatcher, LivenessOptions,
 use coord_tests::etcd::EtcdCluster;
 use etcd_client::{EventType, PutOptions, WatchOptions};
 
-use crate::stats::{Comparison, Series};
+use crate::stats::{Comparison, Series, Statistic};
 use crate::{ms_since, Rng, Settings};
 
 const PREFIX: &str = "/bench/stop/hosts/";
@@ -119,6 +119,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
             subject: "etcd-client revoke + watch".into(),
             values: raw_ms,
         },
+        ratio_of: Statistic::Median,
         note: None,
     }]
 }

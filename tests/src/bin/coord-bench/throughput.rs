@@ -13,7 +13,7 @@ use etcd_client::{EventType, GetOptions, PutOptions, WatchOptions};
 use nix::sys::resource::{getrusage, UsageWho};
 use tokio::process::Command;
 
-use crate::stats::{Comparison, Series};
+use crate::stats::{Comparison, Series, Statistic};
 use crate::{Rng, Settings};
 
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -72,6 +72,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: raw_name.clone(),
                 values: cpu.1,
             },
+            ratio_of: Statistic::Median,
             note: None,
         },
         Comparison {
@@ -87,6 +88,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 subject: raw_name,
                 values: rate.1,
             },
+            ratio_of: Statistic::Median,
             note: Some(
                 "events/s from the first event to the last; the writer puts 64 at a time".into(),
             ),

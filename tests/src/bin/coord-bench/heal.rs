@@ -1,0 +1,365 @@
+//! Benchmark 3, heal: etcd out (killed and restarted, SIGSTOPped and
+//! continued, or blackholed through a TCP proxy) for a while, then the time
+//! from etcd answering again to each host's lease kept alive again: the
+//! first keep-alive reply with a live TTL after that instant. By then the
+//! key is on that lease (a resumed lease kept it; a new one is attached
+//! before its stream opens).
+//!
+//! Each round registers hosts of both policies side by side through the
+//! same proxy, so they live through the very same outage: coord's
+//! (adaptive pacing, resume), and the go-coord-style baseline run through
+//! the same driver with only the policy swapped ([`Pacing::Plain`]:
+//! 100 ms doubling to 30 s, no jitter, no fast class, blind to etcd's
+//! return; a lost lease replaced, not resumed). Each host has its own
+//! client (its own connection), and the outage begins at a random phase
+//! of their keep-alive cycle.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use coord::{
+    BackoffConfig, Client, ConnectOptions, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata,
+    KeepAliveReplies, LeaseId, LivenessOptions, OnLoss, Revision, Txn, TxnResponse,
+};
+use coord_core::io::{Listing, RangeRequest};
+use coord_tests::etcd::EtcdCluster;
+use coord_tests::proxy::{Mode, Proxy};
+
+use crate::stats::{summary, Comparison, Series, Statistic};
+use crate::{ms_since, Rng, Settings};
+
+const PREFIX: &str = "/bench/heal/hosts/";
+const TTL: Duration = Duration::from_secs(10);
+/// How long after etcd answers a host may take before its trial is left
+/// out: the baseline's 30 s cap, a request timeout and margin.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// How etcd is taken out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outage {
+    /// kill -9, then started again on its data (leases kept).
+    Restart,
+    /// SIGSTOP, then SIGCONT.
+    Stop,
+    /// The proxy forwards nothing (connections stay open), then passes
+    /// again, closing the stale connections.
+    Blackhole,
+}
+
+impl Outage {
+    fn id(self) -> &'static str {
+        match self {
+            Outage::Restart => "restart",
+            Outage::Stop => "sigstop",
+            Outage::Blackhole => "blackhole",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Outage::Restart => "killed and restarted",
+            Outage::Stop => "SIGSTOPped",
+            Outage::Blackhole => "blackholed",
+        }
+    }
+}
+
+/// Which policy a host heals with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    Coord,
+    Plain,
+}
+
+/// Runs the benchmark: every outage kind for every length of the settings.
+pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Comparison> {
+    let member = etcd.members()[0].endpoint();
+    let proxy = Proxy::start(&member).await;
+    let mut out = Vec::new();
+    for outage in [Outage::Restart, Outage::Stop, Outage::Blackhole] {
+        for &secs in &s.outages {
+            let mut coord_ms = Vec::new();
+            let mut plain_ms = Vec::new();
+            for round in 0..s.heal_rounds {
+                let length = Duration::from_secs(secs);
+                let heals = trial(etcd, &proxy, outage, length, s.heal_hosts, rng).await;
+                eprintln!(
+                    "coord-bench heal: {} {secs} s, round {round}: {heals:?}",
+                    outage.id()
+                );
+                for (policy, ms) in heals {
+                    match (policy, ms) {
+                        (Policy::Coord, Some(ms)) => coord_ms.push(ms),
+                        (Policy::Plain, Some(ms)) => plain_ms.push(ms),
+                        (_, None) => eprintln!("coord-bench: a host did not heal; left out"),
+                    }
+                }
+            }
+            let p99 = |v: &[f64]| summary(v).map(|s| s.p99);
+            let note = match (p99(&coord_ms), p99(&plain_ms)) {
+                (Some(c), Some(b)) if b > 0.0 => {
+                    Some(format!("p99 ratio {:.3} (goal: under 0.1)", c / b))
+                }
+                _ => None,
+            };
+            out.push(Comparison {
+                id: format!("heal-{}-{secs}s", outage.id()),
+                title: format!(
+                    "Heal: etcd {} for {secs} s, etcd answering to the lease kept alive again",
+                    outage.what()
+                ),
+                unit: "ms",
+                lower_is_better: true,
+                coord: Series {
+                    subject: "coord (adaptive, resume)".into(),
+                    values: coord_ms,
+                },
+                baseline: Series {
+                    subject: "go-coord-style policy (plain doubling, replace)".into(),
+                    values: plain_ms,
+                },
+                ratio_of: Statistic::Median,
+                note,
+            });
+        }
+    }
+    out
+}
+
+/// One outage with `hosts` hosts of each policy: each host's heal, ms
+/// (`None`: not healed within [`DEADLINE`]).
+async fn trial(
+    etcd: &mut EtcdCluster,
+    proxy: &Proxy,
+    outage: Outage,
+    length: Duration,
+    hosts: usize,
+    rng: &mut Rng,
+) -> Vec<(Policy, Option<f64>)> {
+    let run = rng.below(u64::MAX);
+    let started = Instant::now();
+    let mut fleet = Vec::new();
+    for policy in [Policy::Coord, Policy::Plain] {
+        for j in 0..hosts {
+            let id = format!("heal-{run:x}-{policy:?}-{j}");
+            fleet.push(Subject::register(proxy, &id, policy, rng.below(u64::MAX)).await);
+        }
+    }
+    // Every host kept alive at least once, then a random phase of the
+    // keep-alive cycle.
+    for h in &fleet {
+        h.first_reply_after(started, DEADLINE).await;
+    }
+    let refresh_ms = u64::try_from((TTL / 3).as_millis()).unwrap_or(3_333);
+    tokio::time::sleep(Duration::from_millis(rng.below(refresh_ms))).await;
+    let answering = take_out(etcd, proxy, outage, length).await;
+    let mut heals = Vec::new();
+    for h in &fleet {
+        let healed = h.first_reply_after(answering, DEADLINE).await;
+        heals.push((h.policy, healed.map(|at| ms_since(at, answering))));
+    }
+    for h in fleet {
+        let _ = tokio::time::timeout(Duration::from_secs(10), h.host.stop()).await;
+    }
+    heals
+}
+
+/// Takes etcd out for `length`; returns when it answered again.
+async fn take_out(
+    etcd: &mut EtcdCluster,
+    proxy: &Proxy,
+    outage: Outage,
+    length: Duration,
+) -> Instant {
+    match outage {
+        Outage::Restart => {
+            etcd.kill(0);
+            tokio::time::sleep(length).await;
+            let endpoint = etcd.members()[0].endpoint();
+            let answered = tokio::spawn(first_answer(endpoint));
+            etcd.restart(0).await;
+            answered.await.unwrap_or_else(|_| Instant::now())
+        }
+        Outage::Stop => {
+            etcd.pause(0);
+            tokio::time::sleep(length).await;
+            etcd.resume(0);
+            Instant::now()
+        }
+        Outage::Blackhole => {
+            proxy.set(Mode::Blackhole);
+            tokio::time::sleep(length).await;
+            proxy.set(Mode::Pass);
+            Instant::now()
+        }
+    }
+}
+
+/// When etcd at `endpoint` first answers a read, polled every 5 ms over a
+/// fresh connection each time (so no client's reconnect pacing delays it).
+async fn first_answer(endpoint: String) -> Instant {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(Duration::from_millis(100))
+        .with_timeout(Duration::from_millis(200));
+    loop {
+        if let Ok(mut c) =
+            etcd_client::Client::connect([endpoint.as_str()], Some(options.clone())).await
+        {
+            if c.get("/bench/heal/probe", None).await.is_ok() {
+                return Instant::now();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A registered host and the instants of its live keep-alive replies.
+struct Subject {
+    policy: Policy,
+    host: HostLiveness,
+    replies: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Subject {
+    async fn register(proxy: &Proxy, id: &str, policy: Policy, seed: u64) -> Subject {
+        let client = coord::connect(&[proxy.endpoint()], ConnectOptions::default())
+            .await
+            .expect("connect through the proxy");
+        let replies = Arc::new(Mutex::new(Vec::new()));
+        let tapped = Tapped {
+            inner: client,
+            replies: Arc::clone(&replies),
+        };
+        let (backoff, on_loss) = match policy {
+            Policy::Coord => (BackoffConfig::default(), OnLoss::Resume),
+            Policy::Plain => (BackoffConfig::plain(), OnLoss::Replace),
+        };
+        let host = HostLiveness::register(
+            tapped,
+            HostMetadata::new(id, "bench"),
+            LivenessOptions {
+                prefix: PREFIX.into(),
+                ttl: TTL,
+                backoff,
+                on_loss,
+                seed: Some(seed),
+                ..LivenessOptions::default()
+            },
+        )
+        .await
+        .expect("register");
+        Subject {
+            policy,
+            host,
+            replies,
+        }
+    }
+
+    /// The first live keep-alive reply after `after`, waiting up to
+    /// `deadline` for it.
+    async fn first_reply_after(&self, after: Instant, deadline: Duration) -> Option<Instant> {
+        let until = after.max(Instant::now()) + deadline;
+        loop {
+            let first = self
+                .replies
+                .lock()
+                .ok()
+                .and_then(|r| r.iter().copied().find(|t| *t >= after));
+            if first.is_some() {
+                return first;
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A coord client that records when each live keep-alive reply arrives.
+#[derive(Clone)]
+struct Tapped {
+    inner: Client,
+    replies: Arc<Mutex<Vec<Instant>>>,
+}
+
+/// A keep-alive stream's replies, timestamped as they are read.
+struct TappedReplies {
+    inner: <Client as EtcdApi>::Replies,
+    replies: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl KeepAliveReplies for TappedReplies {
+    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        let reply = self.inner.next().await;
+        if let Some(Ok(ttl)) = &reply {
+            if *ttl > 0 {
+                if let Ok(mut r) = self.replies.lock() {
+                    r.push(Instant::now());
+                }
+            }
+        }
+        reply
+    }
+}
+
+impl EtcdApi for Tapped {
+    type Keeper = <Client as EtcdApi>::Keeper;
+    type Replies = TappedReplies;
+    type WatchControl = <Client as EtcdApi>::WatchControl;
+    type WatchEvents = <Client as EtcdApi>::WatchEvents;
+
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        self.inner.range(request).await
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        self.inner.txn(txn).await
+    }
+
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start_revision: Revision,
+    ) -> Result<(Self::WatchControl, Self::WatchEvents), EtcdError> {
+        self.inner.watch(key, prefix, start_revision).await
+    }
+
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.inner.lease_grant(ttl_secs).await
+    }
+
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.inner.lease_revoke(lease).await
+    }
+
+    fn probe_hub(&self) -> Option<coord::ProbeHub> {
+        self.inner.probe_hub()
+    }
+
+    fn for_probe(&self) -> Self {
+        Tapped {
+            inner: self.inner.for_probe(),
+            replies: Arc::clone(&self.replies),
+        }
+    }
+
+    async fn silent(&self) {
+        self.inner.silent().await;
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        lease: LeaseId,
+    ) -> Result<(Self::Keeper, Self::Replies), EtcdError> {
+        let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
+        Ok((
+            keeper,
+            TappedReplies {
+                inner: replies,
+                replies: Arc::clone(&self.replies),
+            },
+        ))
+    }
+}

@@ -1,0 +1,41 @@
+//! etcd's own counters, read from its `/metrics` (Prometheus text).
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// `endpoint`'s whole `/metrics` page, or `None` if it does not answer.
+pub async fn scrape(endpoint: &str) -> Option<String> {
+    let addr = endpoint.strip_prefix("http://")?;
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.ok()?;
+    Some(body)
+}
+
+/// The value of the sample `name` (with its labels, exactly as etcd
+/// prints them) in a scraped page.
+pub fn value(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The value of counter `name` on `endpoint`'s `/metrics`.
+pub async fn counter(endpoint: &str, name: &str) -> Option<f64> {
+    value(&scrape(endpoint).await?, name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_is_found_by_its_name_and_labels() {
+        let page = "# HELP x\nx_total{m=\"a\"} 3\nx_total{m=\"ab\"} 5\nx_total 7\n";
+        assert_eq!(value(page, "x_total{m=\"a\"}"), Some(3.0));
+        assert_eq!(value(page, "x_total{m=\"ab\"}"), Some(5.0));
+        assert_eq!(value(page, "x_total"), Some(7.0));
+        assert_eq!(value(page, "y_total"), None);
+    }
+}
