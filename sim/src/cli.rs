@@ -44,4 +44,10 @@ pub struct Cli {
     #[arg(long, default_value_t = 6, value_name = "V",
           value_parser = clap::value_parser!(u8).range(1..=6))]
     pub generator: u8,
+    /// Run every seed twice, with coord's policy and with the
+    /// go-coord-style one (plain doubling to 30 s, no jitter, no fast
+    /// class, no resume), and print the two side by side. Only coord's
+    /// runs fail the campaign.
+    #[arg(long)]
+    pub compare: bool,
 }

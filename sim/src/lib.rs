@@ -18,6 +18,8 @@ pub mod bounds;
 pub mod checker;
 #[cfg(madsim)]
 pub mod client;
+/// coord's policy side by side with the go-coord-style baseline.
+pub mod compare;
 #[cfg(madsim)]
 pub mod contenders;
 #[cfg(madsim)]

@@ -66,8 +66,9 @@ mod campaign {
     use std::sync::{mpsc, Arc};
     use std::time::{Duration, Instant};
 
+    use coord_sim::compare::{self, GoCoordStyle, Side};
     use coord_sim::report::{timeline, Summary};
-    use coord_sim::runner::run_case;
+    use coord_sim::runner::{run_case, run_case_with};
     use coord_sim::schedule::{Case, Generator, Shape};
 
     struct Args {
@@ -77,6 +78,7 @@ mod campaign {
         shape: Shape,
         jobs: usize,
         generator: Generator,
+        compare: bool,
     }
 
     /// The command line (clap prints help and usage errors and exits).
@@ -97,6 +99,7 @@ mod campaign {
                 count,
             ),
             generator: Generator::from_number(cli.generator),
+            compare: cli.compare,
         }
     }
 
@@ -143,13 +146,15 @@ mod campaign {
                 let tx = tx.clone();
                 let shape = args.shape;
                 let generator = args.generator;
+                let compare = args.compare;
                 std::thread::spawn(move || loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= end {
                         return;
                     }
                     let case = Case::generate_with(seed, shape, generator);
-                    if tx.send(run_case(&case)).is_err() {
+                    let baseline = compare.then(|| run_case_with(&case, GoCoordStyle));
+                    if tx.send((run_case(&case), baseline)).is_err() {
                         return;
                     }
                 })
@@ -159,7 +164,12 @@ mod campaign {
         let mut summary = Summary::default();
         let mut last = Instant::now();
         let (shape, generator) = (args.shape, args.generator);
-        for r in rx {
+        let (mut ours, mut theirs) = (Side::default(), Side::default());
+        for (r, baseline) in rx {
+            if let Some(b) = baseline {
+                ours.add(&r);
+                theirs.add(&b);
+            }
             let seed = r.case.seed;
             if let Some(violations) = summary.add(r) {
                 // Say it now: a long campaign may be stopped before the end.
@@ -184,6 +194,9 @@ mod campaign {
             "{}",
             summary.table(&|seed| replay_command(seed, shape, generator))
         );
+        if args.compare {
+            print!("{}", compare::table(&ours, &theirs));
+        }
         println!("wall time {:.1}s", wall.elapsed().as_secs_f64());
         i32::from(!summary.failures.is_empty())
     }
