@@ -68,3 +68,15 @@ impl std::ops::AddAssign for Reach {
         self.milestones += o.milestones;
     }
 }
+
+/// The backoff pacing a plan runs with: the go-coord-style baseline
+/// ([`Pacing::Plain`](coord_core::Pacing::Plain)) for one seed in eight,
+/// coord's own otherwise. Taken from the seed's bits so that adding it
+/// left the committed corpus decoding as before.
+pub fn pacing(seed: u64) -> coord_core::Pacing {
+    if seed % 8 == 7 {
+        coord_core::Pacing::Plain
+    } else {
+        coord_core::Pacing::Adaptive
+    }
+}

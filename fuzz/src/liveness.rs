@@ -6,7 +6,7 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use coord_core::io::{Command, Completion, Granted, TxnResponse};
 use coord_core::liveness::{
-    Event, Input, Liveness, LivenessConfig, LivenessState, Output, StartPolicy,
+    Event, Input, Liveness, LivenessConfig, LivenessState, OnLoss, Output, StartPolicy,
 };
 use coord_core::{Failure, Instant, Key, LeaseId, OpId, Outcome, Revision};
 
@@ -171,6 +171,13 @@ pub fn run(data: &[u8]) -> crate::Reach {
         (ttl * u32::from(plan.refresh_pct.clamp(1, 99)) / 100).max(Duration::from_millis(10));
     config.request_timeout = Duration::from_millis(u64::from(plan.timeout_ms.max(10)));
     config.start = plan.start;
+    // One plan in eight runs the go-coord-style baseline's pacing, and one
+    // in eight replaces a lost lease (taken from the seed's bits, so that
+    // the committed corpus decodes as before).
+    config.backoff.pacing = crate::pacing(plan.seed);
+    if (plan.seed >> 3) % 8 == 7 {
+        config.on_loss = OnLoss::Replace;
+    }
     let Ok(mut m) = Liveness::new(config) else {
         return crate::Reach::default();
     };

@@ -122,6 +122,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
     config.request_timeout = Duration::from_millis(500);
     config.probe_interval = Duration::from_secs(2);
     config.start = plan.start;
+    config.backoff.pacing = crate::pacing(plan.seed);
     let Ok(mut m) = Session::new(config) else {
         return crate::Reach::default();
     };

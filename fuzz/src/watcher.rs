@@ -154,6 +154,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
     config.probe_interval = Duration::from_secs(2);
     config.start = plan.start;
     config.page_size = u32::from(plan.page_size % 4) + 1;
+    config.backoff.pacing = crate::pacing(plan.seed);
     let Ok(mut m) = Watcher::new(config.clone()) else {
         return crate::Reach::default();
     };
