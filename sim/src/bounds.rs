@@ -136,6 +136,14 @@ pub enum WatchPath {
 }
 
 impl WatchPath {
+    /// Whether the catch-up after this path lists the prefix again.
+    pub fn lists(self) -> bool {
+        matches!(
+            self,
+            WatchPath::Restart | WatchPath::Compact | WatchPath::Wiped
+        )
+    }
+
     /// The name in reports.
     pub fn label(self) -> &'static str {
         match self {
@@ -210,6 +218,12 @@ impl Nominal {
         wait + REGISTRATION_MS
     }
 
+    /// How long a listing of a prefix of `hosts` keys may take: every page
+    /// of it ([`LIST_PAGE_MS`] per key).
+    pub fn listing_ms(&self, hosts: usize) -> u64 {
+        LIST_PAGE_MS.saturating_mul(u64::try_from(hosts).unwrap_or(u64::MAX))
+    }
+
     /// How long after a partition that lost etcd's messages to it ended a
     /// subject may take to heal from what its stalled keep-alive stream
     /// never told it (a close, a TTL-0 reply): the first keep-alive after
@@ -256,11 +270,10 @@ impl Nominal {
             WatchPath::LeaderChange | WatchPath::Wiped => fast_cap.min(probe + cut),
             WatchPath::UnansweredBlip => ms(o.request_timeout) + ms(b.cap),
         };
-        let listing = match path {
-            WatchPath::Restart | WatchPath::Compact | WatchPath::Wiped => {
-                LIST_PAGE_MS * u64::try_from(hosts).unwrap_or(u64::MAX)
-            }
-            _ => 0,
+        let listing = if path.lists() {
+            self.listing_ms(hosts)
+        } else {
+            0
         };
         wait + listing + REGISTRATION_MS
     }

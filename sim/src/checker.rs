@@ -1063,10 +1063,14 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         if let Some((_, since, _, _)) = own.iter().find(|(h, _, e, k)| {
             *h == subject && *e == at && matches!(k, HealPath::Partition | HealPath::Pause)
         }) {
+            // A revoke is learnt at the next keep-alive's reply, up to a
+            // keep-alive interval after it: one just before the fault
+            // began may be unlearnt when it begins.
+            let unlearnt = since.saturating_sub(nominal.refresh_ms(ttl));
             let revoked = healers
                 .revokes
                 .iter()
-                .filter(|(t, h)| *h == subject && *since <= *t && *t <= at)
+                .filter(|(t, h)| *h == subject && unlearnt <= *t && *t <= at)
                 .map(|(t, _)| (*t, *t, HealPath::Revoked));
             bound = hidden
                 .iter()

@@ -82,10 +82,24 @@ pub(crate) fn bounded(
 ) -> Vec<(u64, u64, WatchPath, u64)> {
     disturbances.push((0, 0, WatchPath::Restart));
     let nominal = Nominal::default();
-    deferred(disturbances)
+    let mut out: Vec<(u64, u64, WatchPath, u64)> = deferred(disturbances)
         .into_iter()
         .map(|(s, e, p)| (s, e, p, nominal.catch_up_ms(p, keys)))
-        .collect()
+        .collect();
+    // A disturbance that begins while a listing may still run (within the
+    // catch-up of a path that lists) breaks it, and the listing starts
+    // over from its first page after it: its catch-up lists too.
+    let listings: Vec<(u64, u64)> = out
+        .iter()
+        .filter(|(_, _, p, _)| p.lists())
+        .map(|(s, e, _, b)| (*s, e.saturating_add(*b)))
+        .collect();
+    for (s, _, p, bound) in &mut out {
+        if !p.lists() && listings.iter().any(|(a, z)| *a <= *s && *s <= *z) {
+            *bound = bound.saturating_add(nominal.listing_ms(keys));
+        }
+    }
+    out
 }
 
 /// `disturbances` with each that ended while the watcher could not act

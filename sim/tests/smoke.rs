@@ -515,6 +515,30 @@ fn fleets_of_up_to_a_thousand_hosts_pass() {
     assert!(hosts > 1000, "only {hosts} hosts in three fleets");
 }
 
+/// Seed 14 with fleets of up to 1,000 hosts (the side-by-side run of
+/// 2026-11-30): etcd was wiped, and a watcher still reading the 717
+/// hosts' listing page by page when etcd lost its leader started the
+/// listing over; its catch-up was bounded as a leader change's (no
+/// listing) and failed. A disturbance during a listing now has a
+/// listing's time in its bound; the watcher's view is complete within it.
+#[test]
+fn a_listing_broken_by_a_leader_change_is_bounded_as_a_listing() {
+    let shape = Shape {
+        max_hosts: 1000,
+        ..Shape::default()
+    };
+    let r = run_case(&Case::generate(14, shape));
+    assert_passed(&r);
+    assert!(
+        r.verdict
+            .catch_up_by_kind
+            .iter()
+            .any(|(kind, _)| *kind == "etcd wiped"),
+        "no catch-up after the wipe timed: {:?}",
+        r.verdict.catch_up_by_kind
+    );
+}
+
 /// Seed 4040177 (50,000-seed campaign on bb02ca4, generator 6): a host
 /// paused for 10.5 s right after sending a grant woke past the grant's
 /// deadline; the timer fired before the answer already there was read, so
@@ -645,6 +669,18 @@ fn a_restart_straight_into_a_partition_heals_along_the_partition() {
 fn heals_after_a_stream_stalled_by_a_partition_stay_within_their_bounds() {
     assert_passes_timing(7279218, Healed::Session, "lease revoked outside");
     assert_passes_timing(7296117, Healed::Host, "etcd wiped");
+}
+
+/// Seed 7318284 (the 50,000-seed campaign after the stalled-stream
+/// bound): a host's lease was revoked from outside 171 ms before a
+/// partition of it began; the keep-alive that would have learnt it went
+/// out in the partition, so the host learnt of it only at the next one,
+/// 2.5 s after the partition ended. The checker had counted only revokes
+/// made during the partition as hidden by it; one made a keep-alive
+/// interval or less before it began is hidden too.
+#[test]
+fn a_revoke_just_before_a_partition_heals_along_the_revoke() {
+    assert_passes_timing(7318284, Healed::Host, "partition");
 }
 
 /// Seed 7146099 (the 10,000-seed campaign on the sessions' heal bounds):
