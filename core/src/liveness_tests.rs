@@ -955,31 +955,76 @@ fn etcd_returning_breaks_a_stream_whose_keep_alive_went_out_in_the_silence() {
     assert_eq!(drain(&mut m), vec![]);
 }
 
-#[test]
-fn etcd_returning_gives_up_a_grant_sent_in_the_silence_and_cuts_the_heal() {
+/// A registered host lost by silence whose resume attempts (reopening
+/// its lease's stream: etcd never said the lease is gone) time out, etcd
+/// found back by a probe sent after the one then in flight. Returns the
+/// machine, that attempt's stream op and when etcd was found back.
+fn resume_in_flight_when_etcd_returns() -> (Liveness, u64, u64) {
     let mut m = registered(StartPolicy::FailFast);
-    let lost_at = lose_by_silence(&mut m);
-    // Heal attempts (resume, then grants) time out, backing off.
-    let mut at = lost_at;
-    for _ in 0..6 {
-        at = fire(&mut m);
-        let _ = drain(&mut m);
+    let _ = lose_by_silence(&mut m);
+    let mut in_flight = None;
+    for _ in 0..12 {
+        let at = fire(&mut m);
+        let open = drain(&mut m).iter().find_map(|o| match o {
+            Output::Command(Command::OpenKeepAlive { op, .. }) => Some(op.0),
+            _ => None,
+        });
+        in_flight = open.map(|op| (op, at));
+        if in_flight.is_some_and(|(_, at)| at > 20_000) {
+            break;
+        }
     }
+    let (op, sent) = in_flight.expect("a resume in flight after 20 s");
     assert!(m.awaits_etcd());
-    let deadline = m.poll_timeout().unwrap();
-    // Whatever is in flight went out before the probe: given up at once,
-    // and the next attempt comes within half a second.
     m.handle(
-        t(at + 700),
+        t(sent + 700),
         Input::Returned {
-            probe_sent: t(at + 600),
+            probe_sent: t(sent + 600),
         },
     )
     .unwrap();
+    assert_eq!(drain(&mut m), vec![], "nothing sent or given up at once");
+    (m, op, sent + 700)
+}
+
+/// etcd found back after a silence: an attempt sent in the silence has
+/// until a jittered cut (at most half the fast cap) to be answered. A
+/// stalled etcd answers what it had queued at once, and the heal
+/// completes with that attempt, no other sent.
+#[test]
+fn etcd_returning_lets_an_attempt_sent_in_the_silence_be_answered() {
+    let (mut m, stream, back) = resume_in_flight_when_etcd_returns();
+    let cut = m.poll_timeout().unwrap();
+    assert!(cut >= t(back) && cut <= t(back + 500), "cut at {cut}");
+    reply(&mut m, back + 20, stream, 9);
+    let attach = drain(&mut m);
+    assert_eq!(attach.len(), 1, "{attach:?}");
+    let Output::Command(Command::Txn { op, .. }) = &attach[0] else {
+        panic!("the attach check: {attach:?}");
+    };
+    ok(&mut m, back + 30, op.0, Reply::Done);
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Reregistered {
+            lease: LEASE,
+            resumed: true
+        })]
+    );
+}
+
+/// The same attempt still unanswered at the cut is taken as lost (a
+/// partition lost it) and retried at the first attempt's pace.
+#[test]
+fn etcd_returning_retries_an_attempt_still_unanswered_at_the_cut() {
+    let (mut m, _, back) = resume_in_flight_when_etcd_returns();
+    let cut = fire(&mut m);
+    assert!(cut <= back + 500, "cut at {cut}");
     let _ = drain(&mut m);
-    let next = m.poll_timeout().unwrap();
-    assert!(next <= t(at + 700 + 500), "next attempt at {next}");
-    assert!(next < deadline || deadline <= t(at + 1_200));
+    let retry = fire(&mut m);
+    assert!(retry <= cut + 100, "retried at {retry}, cut at {cut}");
+    assert!(drain(&mut m)
+        .iter()
+        .any(|o| matches!(o, Output::Command(Command::OpenKeepAlive { .. }))));
 }
 
 /// Found by the simulator (generator 6, seed 100842 of a 3,000-seed run,

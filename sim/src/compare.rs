@@ -1,7 +1,8 @@
 //! coord's policy side by side with the go-coord-style baseline: the same
 //! seeds (the same fleets, faults and timings) run twice, once as they are
-//! and once with every process on [`Pacing::Plain`] backoff (pure doubling
-//! from 100 ms to 30 s, no jitter, no fast class, blind to etcd's return)
+//! and once with every process on
+//! [`Pacing::Plain`](coord::Pacing::Plain) backoff (pure doubling from
+//! 100 ms to 30 s, no jitter, no fast class, blind to etcd's return)
 //! and hosts replacing a lost lease instead of resuming it. Only the
 //! policy differs; the summary shows what users would see of each, and
 //! the ratio of each pair.

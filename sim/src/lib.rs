@@ -18,7 +18,7 @@ pub mod bounds;
 pub mod checker;
 #[cfg(madsim)]
 pub mod client;
-/// coord's policy side by side with the go-coord-style baseline.
+#[cfg(madsim)]
 pub mod compare;
 #[cfg(madsim)]
 pub mod contenders;

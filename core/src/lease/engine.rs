@@ -264,8 +264,8 @@ impl LeaseEngine {
         }
     }
 
-    /// etcd answers again after a silence: an attempt sent long before is
-    /// given up as lost, a keep-alive is sent at once (to prove the
+    /// etcd answers again after a silence: an attempt sent long before has
+    /// until a jittered cut to be answered, a keep-alive is sent at once (to prove the
     /// stream), a backoff wait is cut short, and the backoff starts again
     /// from the first attempt (the failures counted so far were the
     /// silence's; a loss found right after, such as a deadline passing on
@@ -280,13 +280,16 @@ impl LeaseEngine {
                 step,
                 attempt,
             } if crate::probe::sent_before(deadline, timeout, probe_sent) => {
+                // Sent in the silence: etcd may still answer it (a stalled
+                // etcd answers what it had queued, at once) or not (a
+                // partition lost it). It has until a jittered cut, then it
+                // is taken as lost and retried at the first attempt's pace.
                 self.state = State::Registering {
                     op,
-                    deadline: now,
+                    deadline: self.backoff.cut(now, deadline),
                     step,
                     attempt,
                 };
-                self.on_timeout(now);
             }
             // A keep-alive sent in the silence and unanswered: the stream
             // is taken as broken now, not a request timeout later.
