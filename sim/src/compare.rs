@@ -173,6 +173,25 @@ fn row(out: &mut String, label: &str, unit: &str, coord: &[u64], base: &[u64]) {
     );
 }
 
+/// A row per kind either side has, labelled `<label> <kind>`, in ms.
+fn by_kind_rows(
+    out: &mut String,
+    label: &str,
+    coord: &BTreeMap<&'static str, Vec<u64>>,
+    base: &BTreeMap<&'static str, Vec<u64>>,
+) {
+    let kinds: BTreeSet<&str> = coord.keys().chain(base.keys()).copied().collect();
+    for kind in kinds {
+        row(
+            out,
+            &format!("{label} {kind}"),
+            "ms",
+            coord.get(kind).map_or(&[], Vec::as_slice),
+            base.get(kind).map_or(&[], Vec::as_slice),
+        );
+    }
+}
+
 /// The side-by-side summary: p50/p99 of each measure per policy, and the
 /// ratio of p99s (coord over the baseline; under 1 is better for coord).
 pub fn table(coord: &Side, base: &Side) -> String {
@@ -194,41 +213,18 @@ pub fn table(coord: &Side, base: &Side) -> String {
         &coord.detection_ms,
         &base.detection_ms,
     );
-    let kinds: BTreeSet<&str> = coord
-        .heal_by_kind
-        .keys()
-        .chain(base.heal_by_kind.keys())
-        .copied()
-        .collect();
-    for kind in kinds {
-        row(
-            &mut out,
-            &format!("host heal after {kind}"),
-            "ms",
-            coord.heal_by_kind.get(kind).map_or(&[], Vec::as_slice),
-            base.heal_by_kind.get(kind).map_or(&[], Vec::as_slice),
-        );
-    }
-    let kinds: BTreeSet<&str> = coord
-        .session_heal_by_kind
-        .keys()
-        .chain(base.session_heal_by_kind.keys())
-        .copied()
-        .collect();
-    for kind in kinds {
-        row(
-            &mut out,
-            &format!("session heal after {kind}"),
-            "ms",
-            coord
-                .session_heal_by_kind
-                .get(kind)
-                .map_or(&[], Vec::as_slice),
-            base.session_heal_by_kind
-                .get(kind)
-                .map_or(&[], Vec::as_slice),
-        );
-    }
+    by_kind_rows(
+        &mut out,
+        "host heal after",
+        &coord.heal_by_kind,
+        &base.heal_by_kind,
+    );
+    by_kind_rows(
+        &mut out,
+        "session heal after",
+        &coord.session_heal_by_kind,
+        &base.session_heal_by_kind,
+    );
     row(
         &mut out,
         "herd (densest window, per mille of fleet)",

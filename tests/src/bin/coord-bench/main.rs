@@ -248,20 +248,17 @@ fn report(c: &Comparison, out: &Path) -> Result<(), String> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    if argv.first().map(String::as_str) == Some("__writer") {
-        return match throughput::write(&argv[1..]).await {
+    // The child processes the benchmarks spawn of this binary.
+    let child = match argv.first().map(String::as_str) {
+        Some("__writer") => Some(("writer", throughput::write(&argv[1..]).await)),
+        Some("__hosts") => Some(("hosts", herd::hosts(&argv[1..]).await)),
+        _ => None,
+    };
+    if let Some((what, result)) = child {
+        return match result {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("coord-bench writer: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
-    if argv.first().map(String::as_str) == Some("__hosts") {
-        return match herd::hosts(&argv[1..]).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("coord-bench hosts: {e}");
+                eprintln!("coord-bench {what}: {e}");
                 ExitCode::FAILURE
             }
         };
