@@ -1016,7 +1016,9 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         if kind == HealPath::Partition && blip {
             kind = HealPath::PartitionBlip;
         }
-        if kind != HealPath::GlobalHeal && outages.iter().any(|(s, e)| *s < at && at < *e) {
+        // An outage still on at a clear, one that began at that very
+        // instant included (a wipe straight after another), holds it.
+        if kind != HealPath::GlobalHeal && outages.iter().any(|(s, e)| *s <= at && at < *e) {
             continue;
         }
         // Still cut off by a fault of its own, one that began at this very

@@ -683,6 +683,17 @@ fn a_revoke_just_before_a_partition_heals_along_the_revoke() {
     assert_passes_timing(7318284, Healed::Host, "partition");
 }
 
+/// Seed 7374595 (the 50,000-seed campaign on the final code of
+/// 2026-11-30): etcd was wiped a second time at the very millisecond it
+/// came back from a first wipe; the checker timed the hosts' heals from
+/// the first wipe's end, 2.8 s of the second wipe included. An outage that
+/// begins at a clear now holds it, as an own fault already did; the heals
+/// are timed from the second wipe's end.
+#[test]
+fn a_wipe_straight_after_a_wipe_is_timed_from_the_second() {
+    assert_passes_timing(7374595, Healed::Host, "etcd wiped");
+}
+
 /// Seed 7146099 (the 10,000-seed campaign on the sessions' heal bounds):
 /// a host whose resumes etcd refused during a wipe found its lease gone
 /// and granted a new one, then paused for 9.7 s before attaching it; the
