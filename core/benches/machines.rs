@@ -4,7 +4,10 @@
 //! - `watcher/event_1000_hosts`: one watch message with one put (a host's
 //!   record changed) to a watcher holding 1,000 hosts, its outputs drained;
 //! - `liveness/keep_alive_cycle`: a registered host's keep-alive: the
-//!   refresh timeout (a `SendKeepAlive`), then etcd's reply.
+//!   refresh timeout (a `SendKeepAlive`), then etcd's reply;
+//! - `election/handover`: a leader resigns (its guarded delete, then
+//!   etcd's answer) and the candidate queued behind it, in another
+//!   session, takes the delete from its watch and leads.
 //!
 //! Run: `cargo bench -p coord-core --bench machines`.
 
@@ -12,15 +15,19 @@
 
 use std::hint::black_box;
 
-use coord_core::io::{Command, Completion, Granted, Listing, MessageKind, TxnResponse};
+use coord_core::election::{candidate_key, ElectionEvent, ElectionId, Mode};
+use coord_core::io::{
+    Command, Completion, Granted, Listing, MessageKind, TxnOpResponse, TxnResponse,
+};
 use coord_core::kv::{KeyValue, WatchEvent};
 use coord_core::liveness::{Liveness, LivenessConfig};
 use coord_core::machine::Input;
 use coord_core::outbox::Output;
 use coord_core::outcome::Outcome;
+use coord_core::session::{self, Session, SessionConfig};
 use coord_core::watcher::{Watcher, WatcherConfig};
 use coord_core::{ClusterId, Instant, Key, LeaseId, OpId, Revision};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 const PREFIX: &[u8] = b"/coord/hosts/";
 const HOSTS: usize = 1_000;
@@ -188,5 +195,176 @@ fn liveness(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, watcher, liveness);
+const NAME: &[u8] = b"/bench/election/";
+
+/// A session holding lease `lease` (granted and kept alive).
+fn session_with(lease: i64) -> Session {
+    let mut s = Session::new(SessionConfig::new(u64::try_from(lease).unwrap_or(1))).unwrap();
+    s.handle(Instant::from_millis(0), session::Input::Start)
+        .unwrap();
+    for step in 1..5 {
+        let out: Vec<_> = std::iter::from_fn(|| s.poll()).collect();
+        for o in out {
+            let c = match o {
+                Output::Command(Command::Grant { op, ttl_secs }) => Completion::Granted {
+                    op,
+                    outcome: Outcome::Ok(Granted {
+                        lease: LeaseId(lease),
+                        ttl_secs,
+                    }),
+                },
+                Output::Command(Command::OpenKeepAlive { op, .. }) => Completion::KeepAliveReply {
+                    stream: op,
+                    ttl_secs: 10,
+                },
+                _ => continue,
+            };
+            s.handle(Instant::from_millis(step), session::Input::Io(c))
+                .unwrap();
+        }
+    }
+    assert_eq!(s.lease(), Some(LeaseId(lease)));
+    s
+}
+
+fn candidate(lease: i64, create: i64) -> KeyValue {
+    KeyValue {
+        key: candidate_key(&Key(NAME.to_vec()), LeaseId(lease)),
+        value: b"v".to_vec(),
+        create_revision: Revision(create),
+        mod_revision: Revision(create),
+        lease: LeaseId(lease),
+    }
+}
+
+/// Campaigns in `s` (election 1) and answers its join with `queue` at
+/// `revision`; the op of the watch it opened, and its outputs.
+fn joined(
+    s: &mut Session,
+    queue: Vec<KeyValue>,
+    revision: i64,
+) -> (OpId, Vec<Output<Command, session::Event>>) {
+    s.handle(
+        Instant::from_millis(10),
+        session::Input::Campaign {
+            id: ElectionId(1),
+            name: Key(NAME.to_vec()),
+            value: b"v".to_vec(),
+            mode: Mode::Wait,
+        },
+    )
+    .unwrap();
+    let join = std::iter::from_fn(|| s.poll())
+        .find_map(|o| match o {
+            Output::Command(Command::Txn { op, .. }) => Some(op),
+            _ => None,
+        })
+        .expect("a join");
+    s.handle(
+        Instant::from_millis(11),
+        session::Input::Io(Completion::Txn {
+            op: join,
+            outcome: Outcome::Ok(TxnResponse {
+                cluster: ClusterId::default(),
+                succeeded: true,
+                revision: Revision(revision),
+                responses: vec![TxnOpResponse::Put, TxnOpResponse::Get(queue)],
+            }),
+        }),
+    )
+    .unwrap();
+    let out: Vec<_> = std::iter::from_fn(|| s.poll()).collect();
+    let watch = out
+        .iter()
+        .find_map(|o| match o {
+            Output::Command(Command::Watch { op, .. }) => Some(*op),
+            _ => None,
+        })
+        .expect("a watch of the queue");
+    (watch, out)
+}
+
+fn elected(out: &[Output<Command, session::Event>]) -> bool {
+    out.iter().any(|o| {
+        matches!(
+            o,
+            Output::Event(session::Event::Election {
+                event: ElectionEvent::Elected { .. },
+                ..
+            })
+        )
+    })
+}
+
+/// A leader (lease 7, leading) and a candidate queued behind it (lease 8,
+/// watching the queue).
+fn leader_and_successor() -> (Session, Session, OpId) {
+    let mut leader = session_with(7);
+    let (_, out) = joined(&mut leader, vec![candidate(7, 20)], 20);
+    assert!(elected(&out), "the leader leads");
+    let mut next = session_with(8);
+    let (watch, out) = joined(&mut next, vec![candidate(7, 20), candidate(8, 21)], 21);
+    assert!(!elected(&out), "the successor waits");
+    (leader, next, watch)
+}
+
+fn election(c: &mut Criterion) {
+    c.bench_function("election/handover", |b| {
+        b.iter_batched(
+            leader_and_successor,
+            |(mut leader, mut next, watch)| {
+                leader
+                    .handle(
+                        Instant::from_millis(20),
+                        session::Input::Leave { id: ElectionId(1) },
+                    )
+                    .unwrap();
+                let delete = std::iter::from_fn(|| leader.poll())
+                    .find_map(|o| match o {
+                        Output::Command(Command::Txn { op, .. }) => Some(op),
+                        _ => None,
+                    })
+                    .expect("the resign's delete");
+                leader
+                    .handle(
+                        Instant::from_millis(21),
+                        session::Input::Io(Completion::Txn {
+                            op: delete,
+                            outcome: Outcome::Ok(TxnResponse {
+                                cluster: ClusterId::default(),
+                                succeeded: true,
+                                revision: Revision(22),
+                                responses: vec![TxnOpResponse::Delete { deleted: 1 }],
+                            }),
+                        }),
+                    )
+                    .unwrap();
+                while let Some(o) = leader.poll() {
+                    black_box(&o);
+                }
+                next.handle(
+                    Instant::from_millis(22),
+                    session::Input::Io(Completion::WatchMessage {
+                        cluster: ClusterId::default(),
+                        stream: watch,
+                        kind: MessageKind::Events,
+                        events: vec![WatchEvent::Delete {
+                            key: candidate(7, 20).key,
+                            revision: Revision(22),
+                            prev: Some(candidate(7, 20)),
+                        }],
+                        revision: Revision(22),
+                    }),
+                )
+                .unwrap();
+                let out: Vec<_> = std::iter::from_fn(|| next.poll()).collect();
+                assert!(elected(&out), "the successor leads: {out:?}");
+                (leader, next)
+            },
+            BatchSize::SmallInput,
+        );
+    });
+}
+
+criterion_group!(benches, watcher, liveness, election);
 criterion_main!(benches);

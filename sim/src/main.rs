@@ -3,6 +3,8 @@
 //! ```text
 //! cargo run --release -p coord-sim -- [--seeds N] [--start S] [--hosts N]
 //!                                     [--faults N] [--duration SECS] [--jobs N]
+//! cargo run --release -p coord-sim -- --compare     # each seed under coord's policy and
+//!                                                   # the go-coord-style one, side by side
 //! cargo run --release -p coord-sim -- --seed S      # replay one run, print its timeline
 //! COORD_SIM_LOG=coord=debug cargo run ... --seed S   # ... with the driver's logs
 //! ```
