@@ -1,8 +1,11 @@
 //! Benchmark 3, heal: etcd out (killed and restarted, SIGSTOPped and
 //! continued, or blackholed through a TCP proxy) for a while, then the time
 //! from etcd answering again to each host's lease kept alive again: the
-//! first keep-alive reply with a live TTL once the outage began (0 if it
-//! came before the probe for etcd's return was answered). By then the
+//! first live keep-alive reply that came after that instant or answers a
+//! keep-alive sent once the outage began (0 if etcd answered it before the
+//! probe for its return). Replies are paired with their sends in stream
+//! order, so a reply still in flight when the outage began is not taken
+//! for a heal. By then the
 //! key is on that lease (a resumed lease kept it; a new one is attached
 //! before its stream opens).
 //!
@@ -15,12 +18,14 @@
 //! client (its own connection), and the outage begins at a random phase
 //! of their keep-alive cycle.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coord::{
     BackoffConfig, Client, ConnectOptions, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata,
-    KeepAliveReplies, LeaseId, LivenessOptions, OnLoss, Revision, Txn, TxnResponse,
+    KeepAliveReplies, KeepAliveSender, LeaseId, LivenessOptions, OnLoss, Revision, Txn,
+    TxnResponse,
 };
 use coord_core::io::{Listing, RangeRequest};
 use coord_tests::etcd::EtcdCluster;
@@ -30,10 +35,6 @@ use crate::stats::{summary, Comparison, Series, Statistic};
 use crate::{ms_since, Rng, Settings};
 
 const PREFIX: &str = "/bench/heal/hosts/";
-const TTL: Duration = Duration::from_secs(10);
-/// Replies arriving this soon after an outage began were in flight
-/// before it.
-const IN_FLIGHT: Duration = Duration::from_millis(100);
 /// How long after etcd answers a host may take before its trial is left
 /// out: the baseline's 30 s cap, a request timeout and margin.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -86,7 +87,7 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
             let mut plain_ms = Vec::new();
             for round in 0..s.heal_rounds {
                 let length = Duration::from_secs(secs);
-                let heals = trial(etcd, &proxy, outage, length, s.heal_hosts, rng).await;
+                let heals = trial(etcd, &proxy, outage, length, s, rng).await;
                 eprintln!(
                     "coord-bench heal: {} {secs} s, round {round}: {heals:?}",
                     outage.id()
@@ -137,34 +138,33 @@ async fn trial(
     proxy: &Proxy,
     outage: Outage,
     length: Duration,
-    hosts: usize,
+    s: &Settings,
     rng: &mut Rng,
 ) -> Vec<(Policy, Option<f64>)> {
+    let (hosts, ttl) = (s.heal_hosts, s.heal_ttl);
     let run = rng.below(u64::MAX);
     let started = Instant::now();
     let mut fleet = Vec::new();
     for policy in [Policy::Coord, Policy::Plain] {
         for j in 0..hosts {
             let id = format!("heal-{run:x}-{policy:?}-{j}");
-            fleet.push(Subject::register(proxy, &id, policy, rng.below(u64::MAX)).await);
+            fleet.push(Subject::register(proxy, &id, policy, ttl, rng.below(u64::MAX)).await);
         }
     }
     // Every host kept alive at least once, then a random phase of the
     // keep-alive cycle.
     for h in &fleet {
-        h.first_reply_after(started, DEADLINE).await;
+        h.heal(started, started, DEADLINE).await;
     }
-    let refresh_ms = u64::try_from((TTL / 3).as_millis()).unwrap_or(3_333);
+    let refresh_ms = u64::try_from((ttl / 3).as_millis()).unwrap_or(3_333);
     tokio::time::sleep(Duration::from_millis(rng.below(refresh_ms))).await;
     let began = Instant::now();
     let answering = take_out(etcd, proxy, outage, length).await;
-    // The first reply once the outage began (past the replies still in
-    // flight when it began): etcd may answer a host's retry a little
-    // before the probe for its return does, so a heal may end before
-    // `answering` (counted as 0).
+    // etcd may answer a host's retry a little before the probe for its
+    // return does: such a heal counts as 0.
     let mut heals = Vec::new();
     for h in &fleet {
-        let healed = h.first_reply_after(began + IN_FLIGHT, DEADLINE).await;
+        let healed = h.heal(began, answering, DEADLINE).await;
         heals.push((h.policy, healed.map(|at| ms_since(at, answering))));
     }
     for h in fleet {
@@ -222,15 +222,29 @@ async fn first_answer(endpoint: String) -> Instant {
     }
 }
 
-/// A registered host and the instants of its live keep-alive replies.
+/// A live keep-alive reply: when the keep-alive it answers was sent (the
+/// stream's open sends the first), and when the reply was read.
+#[derive(Debug, Clone, Copy)]
+struct Reply {
+    sent: Instant,
+    read: Instant,
+}
+
+/// A registered host and its live keep-alive replies.
 struct Subject {
     policy: Policy,
     host: HostLiveness,
-    replies: Arc<Mutex<Vec<Instant>>>,
+    replies: Arc<Mutex<Vec<Reply>>>,
 }
 
 impl Subject {
-    async fn register(proxy: &Proxy, id: &str, policy: Policy, seed: u64) -> Subject {
+    async fn register(
+        proxy: &Proxy,
+        id: &str,
+        policy: Policy,
+        ttl: Duration,
+        seed: u64,
+    ) -> Subject {
         let client = coord::connect(&[proxy.endpoint()], ConnectOptions::default())
             .await
             .expect("connect through the proxy");
@@ -248,7 +262,7 @@ impl Subject {
             HostMetadata::new(id, "bench"),
             LivenessOptions {
                 prefix: PREFIX.into(),
-                ttl: TTL,
+                ttl,
                 backoff,
                 on_loss,
                 seed: Some(seed),
@@ -264,16 +278,19 @@ impl Subject {
         }
     }
 
-    /// The first live keep-alive reply after `after`, waiting up to
-    /// `deadline` for it.
-    async fn first_reply_after(&self, after: Instant, deadline: Duration) -> Option<Instant> {
-        let until = after.max(Instant::now()) + deadline;
+    /// When the lease was first kept alive after an outage that began at
+    /// `began` and ended when etcd answered at `answered`: the first live
+    /// reply read after `answered`, or answering a keep-alive sent after
+    /// `began` (read before `answered`: etcd answered the host first).
+    /// Waits up to `deadline` after `answered`.
+    async fn heal(&self, began: Instant, answered: Instant, deadline: Duration) -> Option<Instant> {
+        let until = answered.max(Instant::now()) + deadline;
         loop {
-            let first = self
-                .replies
-                .lock()
-                .ok()
-                .and_then(|r| r.iter().copied().find(|t| *t >= after));
+            let first = self.replies.lock().ok().and_then(|r| {
+                r.iter()
+                    .find(|x| x.read >= answered || x.sent >= began)
+                    .map(|x| x.read)
+            });
             if first.is_some() {
                 return first;
             }
@@ -285,26 +302,54 @@ impl Subject {
     }
 }
 
-/// A coord client that records when each live keep-alive reply arrives.
+/// A coord client that records each live keep-alive reply with the send
+/// it answers.
 #[derive(Clone)]
 struct Tapped {
     inner: Client,
-    replies: Arc<Mutex<Vec<Instant>>>,
+    replies: Arc<Mutex<Vec<Reply>>>,
 }
 
-/// A keep-alive stream's replies, timestamped as they are read.
+/// The send instants of one stream's keep-alives not answered yet, oldest
+/// first (etcd answers a stream's keep-alives in order).
+type Sends = Arc<Mutex<VecDeque<Instant>>>;
+
+/// A keep-alive stream's sender, recording each send.
+struct TappedKeeper {
+    inner: <Client as EtcdApi>::Keeper,
+    sends: Sends,
+}
+
+impl KeepAliveSender for TappedKeeper {
+    async fn send(&mut self) -> Result<(), EtcdError> {
+        if let Ok(mut s) = self.sends.lock() {
+            s.push_back(Instant::now());
+        }
+        self.inner.send().await
+    }
+}
+
+/// A keep-alive stream's replies, each paired with its send as it is read.
 struct TappedReplies {
     inner: <Client as EtcdApi>::Replies,
-    replies: Arc<Mutex<Vec<Instant>>>,
+    sends: Sends,
+    replies: Arc<Mutex<Vec<Reply>>>,
 }
 
 impl KeepAliveReplies for TappedReplies {
     async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
         let reply = self.inner.next().await;
         if let Some(Ok(ttl)) = &reply {
+            let read = Instant::now();
+            let sent = self
+                .sends
+                .lock()
+                .ok()
+                .and_then(|mut s| s.pop_front())
+                .unwrap_or(read);
             if *ttl > 0 {
                 if let Ok(mut r) = self.replies.lock() {
-                    r.push(Instant::now());
+                    r.push(Reply { sent, read });
                 }
             }
         }
@@ -313,7 +358,7 @@ impl KeepAliveReplies for TappedReplies {
 }
 
 impl EtcdApi for Tapped {
-    type Keeper = <Client as EtcdApi>::Keeper;
+    type Keeper = TappedKeeper;
     type Replies = TappedReplies;
     type WatchControl = <Client as EtcdApi>::WatchControl;
     type WatchEvents = <Client as EtcdApi>::WatchEvents;
@@ -362,11 +407,17 @@ impl EtcdApi for Tapped {
         &self,
         lease: LeaseId,
     ) -> Result<(Self::Keeper, Self::Replies), EtcdError> {
+        // The open sends the stream's first keep-alive.
+        let sends: Sends = Arc::new(Mutex::new(VecDeque::from([Instant::now()])));
         let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
         Ok((
-            keeper,
+            TappedKeeper {
+                inner: keeper,
+                sends: Arc::clone(&sends),
+            },
             TappedReplies {
                 inner: replies,
+                sends,
                 replies: Arc::clone(&self.replies),
             },
         ))

@@ -77,11 +77,12 @@ pub struct Settings {
     pub names: usize,
     pub windows: usize,
     pub window: std::time::Duration,
-    /// Heal benchmark: outage lengths (s), rounds per length, and hosts
-    /// of each policy per round.
+    /// Heal benchmark: outage lengths (s), rounds per length, hosts of
+    /// each policy per round, and their TTL.
     pub outages: Vec<u64>,
     pub heal_rounds: usize,
     pub heal_hosts: usize,
+    pub heal_ttl: std::time::Duration,
     /// Herd benchmark: hosts, the processes they are spread over, their
     /// TTL, how long etcd is down, and how long after its return is
     /// measured.
@@ -106,6 +107,7 @@ impl Settings {
             outages: vec![5, 20, 60],
             heal_rounds: 4,
             heal_hosts: 5,
+            heal_ttl: std::time::Duration::from_secs(10),
             herd_hosts: 1_000,
             herd_ttl: std::time::Duration::from_secs(10),
             herd_processes: 4,
@@ -127,6 +129,7 @@ impl Settings {
             outages: vec![3],
             heal_rounds: 1,
             heal_hosts: 2,
+            heal_ttl: std::time::Duration::from_secs(2),
             herd_hosts: 60,
             herd_ttl: std::time::Duration::from_secs(2),
             herd_processes: 2,
