@@ -23,14 +23,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coord::{
-    BackoffConfig, Client, ConnectOptions, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata,
-    KeepAliveReplies, KeepAliveSender, LeaseId, LivenessOptions, OnLoss, Revision, Txn,
-    TxnResponse,
+    Client, ConnectOptions, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata,
+    KeepAliveReplies, KeepAliveSender, LeaseId, Revision, Txn, TxnResponse,
 };
 use coord_core::io::{Listing, RangeRequest};
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::proxy::{Mode, Proxy};
 
+use crate::policy::Policy;
 use crate::stats::{summary, Comparison, Series, Statistic};
 use crate::{ms_since, Rng, Settings};
 
@@ -67,13 +67,6 @@ impl Outage {
             Outage::Blackhole => "blackholed",
         }
     }
-}
-
-/// Which policy a host heals with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Policy {
-    Coord,
-    Plain,
 }
 
 /// Runs the benchmark: every outage kind for every length of the settings.
@@ -253,21 +246,10 @@ impl Subject {
             inner: client,
             replies: Arc::clone(&replies),
         };
-        let (backoff, on_loss) = match policy {
-            Policy::Coord => (BackoffConfig::default(), OnLoss::Resume),
-            Policy::Plain => (BackoffConfig::plain(), OnLoss::Replace),
-        };
         let host = HostLiveness::register(
             tapped,
             HostMetadata::new(id, "bench"),
-            LivenessOptions {
-                prefix: PREFIX.into(),
-                ttl,
-                backoff,
-                on_loss,
-                seed: Some(seed),
-                ..LivenessOptions::default()
-            },
+            policy.options(PREFIX, ttl, seed),
         )
         .await
         .expect("register");

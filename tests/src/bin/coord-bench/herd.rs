@@ -9,13 +9,14 @@
 
 use std::time::{Duration, Instant};
 
-use coord::{BackoffConfig, ConnectOptions, HostLiveness, HostMetadata, LivenessOptions, OnLoss};
+use coord::{ConnectOptions, HostLiveness, HostMetadata};
 use coord_tests::etcd::EtcdCluster;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
 use crate::metrics::{scrape, value};
+use crate::policy::Policy;
 use crate::stats::{Comparison, Series, Statistic};
 use crate::{kill9, Rng, Settings};
 
@@ -24,37 +25,6 @@ const BIN: Duration = Duration::from_millis(100);
 const GRANTS: &str = "grpc_server_started_total{grpc_method=\"LeaseGrant\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"unary\"}";
 const OPENS: &str = "grpc_server_started_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"bidi_stream\"}";
 const CALLS: &str = "grpc_server_started_total{";
-
-/// Which policy the fleet heals with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Policy {
-    Coord,
-    Plain,
-}
-
-impl Policy {
-    fn arg(self) -> &'static str {
-        match self {
-            Policy::Coord => "coord",
-            Policy::Plain => "plain",
-        }
-    }
-
-    fn options(self, ttl: Duration, seed: u64) -> LivenessOptions {
-        let (backoff, on_loss) = match self {
-            Policy::Coord => (BackoffConfig::default(), OnLoss::Resume),
-            Policy::Plain => (BackoffConfig::plain(), OnLoss::Replace),
-        };
-        LivenessOptions {
-            prefix: PREFIX.into(),
-            ttl,
-            backoff,
-            on_loss,
-            seed: Some(seed),
-            ..LivenessOptions::default()
-        }
-    }
-}
 
 /// What etcd saw in one bin after its return, scaled to 100 ms.
 #[derive(Debug, Clone, Copy, Default)]
@@ -216,15 +186,11 @@ pub async fn hosts(args: &[String]) -> Result<(), String> {
     let count: usize = count.parse().map_err(|_| "COUNT: a number")?;
     let ttl = Duration::from_secs(ttl.parse().map_err(|_| "TTL: a number of seconds")?);
     let seed: u64 = seed.parse().map_err(|_| "SEED: a number")?;
-    let policy = match policy.as_str() {
-        "coord" => Policy::Coord,
-        "plain" => Policy::Plain,
-        other => return Err(format!("unknown policy {other:?}")),
-    };
+    let policy = Policy::parse(policy)?;
     let mut joins = tokio::task::JoinSet::new();
     for j in 0..count {
         let endpoint = endpoint.clone();
-        let opts = policy.options(ttl, seed.wrapping_add(j as u64));
+        let opts = policy.options(PREFIX, ttl, seed.wrapping_add(j as u64));
         let id = format!("herd-{seed:x}-{j}");
         joins.spawn(async move {
             let client = coord::connect(&[endpoint], ConnectOptions::default())

@@ -48,6 +48,7 @@ mod heal;
 mod herd;
 mod metrics;
 mod plot;
+mod policy;
 mod pool;
 mod stats;
 mod stop;
