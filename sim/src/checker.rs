@@ -947,9 +947,14 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
     // clear for everyone does not clear a subject still cut off itself.
     let mut own: Vec<(usize, u64, u64, HealPath)> = Vec::new();
     let mut open: Vec<(usize, u64, HealPath)> = Vec::new();
+    // (subject, start) of each partition that lost etcd's messages to it.
+    let mut muting: BTreeSet<(usize, u64)> = BTreeSet::new();
     for r in &history.records {
         if let Some((subject, path)) = (healers.begins)(&r.what) {
             open.push((subject, r.at_ms, path));
+        }
+        if let Some(subject) = (healers.mutes)(&r.what) {
+            muting.insert((subject, r.at_ms));
         }
         if let Some((subject, path)) = (healers.ends)(&r.what) {
             open.retain(|(h, s, k)| {
@@ -966,13 +971,7 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
     // (subject, end): a keep-alive stream they stalled stays stalled after.
     let muted: Vec<(usize, u64)> = own
         .iter()
-        .filter(|(h, s, _, k)| {
-            *k == HealPath::Partition
-                && history
-                    .records
-                    .iter()
-                    .any(|r| r.at_ms == *s && (healers.mutes)(&r.what) == Some(*h))
-        })
+        .filter(|(h, s, _, k)| *k == HealPath::Partition && muting.contains(&(*h, *s)))
         .map(|(h, _, e, _)| (*h, *e))
         .collect();
     // Each etcd-wide outage with the path a subject whose own partition or
