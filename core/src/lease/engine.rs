@@ -230,10 +230,7 @@ impl LeaseEngine {
             Input::Start => return self.on_start(now),
             Input::Close => self.on_close(now),
             Input::Timeout => self.on_timeout(now),
-            Input::Returned { probe_sent } if self.backoff.heeds_returns() => {
-                self.cut(now, probe_sent)
-            }
-            Input::Returned { .. } => {}
+            Input::Returned { probe_sent } => self.cut(now, probe_sent),
             Input::Io(c) => self.on_io(now, c),
         }
         Ok(())
@@ -265,12 +262,16 @@ impl LeaseEngine {
     }
 
     /// etcd answers again after a silence: an attempt sent long before has
-    /// until a jittered cut to be answered, a keep-alive is sent at once (to prove the
-    /// stream), a backoff wait is cut short, and the backoff starts again
-    /// from the first attempt (the failures counted so far were the
-    /// silence's; a loss found right after, such as a deadline passing on
-    /// a stream reopened too late, is paced as a first failure).
+    /// until a jittered cut to be answered, a keep-alive is sent at once
+    /// (to prove the stream), a backoff wait is cut short, and the backoff
+    /// starts again from the first attempt (the failures counted so far
+    /// were the silence's; a loss found right after, such as a deadline
+    /// passing on a stream reopened too late, is paced as a first
+    /// failure). Nothing under [`Pacing::Plain`](crate::Pacing::Plain).
     fn cut(&mut self, now: Instant, probe_sent: Instant) {
+        if !self.backoff.heeds_returns() {
+            return;
+        }
         let timeout = self.config.request_timeout;
         let lost = |sent: Option<&Instant>| sent.is_some_and(|t| *t < probe_sent);
         match std::mem::replace(&mut self.state, State::Idle) {
