@@ -254,25 +254,13 @@ fn joined(
         },
     )
     .unwrap();
-    let join = std::iter::from_fn(|| s.poll())
-        .find_map(|o| match o {
-            Output::Command(Command::Txn { op, .. }) => Some(op),
-            _ => None,
-        })
-        .expect("a join");
-    s.handle(
-        Instant::from_millis(11),
-        session::Input::Io(Completion::Txn {
-            op: join,
-            outcome: Outcome::Ok(TxnResponse {
-                cluster: ClusterId::default(),
-                succeeded: true,
-                revision: Revision(revision),
-                responses: vec![TxnOpResponse::Put, TxnOpResponse::Get(queue)],
-            }),
-        }),
-    )
-    .unwrap();
+    answer_txn(
+        s,
+        11,
+        revision,
+        vec![TxnOpResponse::Put, TxnOpResponse::Get(queue)],
+        "a join",
+    );
     let out: Vec<_> = std::iter::from_fn(|| s.poll()).collect();
     let watch = out
         .iter()
@@ -282,6 +270,30 @@ fn joined(
         })
         .expect("a watch of the queue");
     (watch, out)
+}
+
+/// Answers the transaction `s` issues next as succeeded at `revision`
+/// with `responses`, at `at` ms; `what` names it if there is none.
+fn answer_txn(s: &mut Session, at: u64, revision: i64, responses: Vec<TxnOpResponse>, what: &str) {
+    let op = std::iter::from_fn(|| s.poll())
+        .find_map(|o| match o {
+            Output::Command(Command::Txn { op, .. }) => Some(op),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{what}"));
+    s.handle(
+        Instant::from_millis(at),
+        session::Input::Io(Completion::Txn {
+            op,
+            outcome: Outcome::Ok(TxnResponse {
+                cluster: ClusterId::default(),
+                succeeded: true,
+                revision: Revision(revision),
+                responses,
+            }),
+        }),
+    )
+    .unwrap();
 }
 
 fn elected(out: &[Output<Command, session::Event>]) -> bool {
@@ -319,26 +331,13 @@ fn election(c: &mut Criterion) {
                         session::Input::Leave { id: ElectionId(1) },
                     )
                     .unwrap();
-                let delete = std::iter::from_fn(|| leader.poll())
-                    .find_map(|o| match o {
-                        Output::Command(Command::Txn { op, .. }) => Some(op),
-                        _ => None,
-                    })
-                    .expect("the resign's delete");
-                leader
-                    .handle(
-                        Instant::from_millis(21),
-                        session::Input::Io(Completion::Txn {
-                            op: delete,
-                            outcome: Outcome::Ok(TxnResponse {
-                                cluster: ClusterId::default(),
-                                succeeded: true,
-                                revision: Revision(22),
-                                responses: vec![TxnOpResponse::Delete { deleted: 1 }],
-                            }),
-                        }),
-                    )
-                    .unwrap();
+                answer_txn(
+                    &mut leader,
+                    21,
+                    22,
+                    vec![TxnOpResponse::Delete { deleted: 1 }],
+                    "the resign's delete",
+                );
                 while let Some(o) = leader.poll() {
                     black_box(&o);
                 }
