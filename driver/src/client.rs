@@ -49,6 +49,10 @@ struct Shared {
     /// How to dial a member (`None`: a client wrapped by [`Client::new`]).
     dial: Option<(Vec<String>, etcd_client::ConnectOptions)>,
     moved_at: Mutex<Option<tokio::time::Instant>>,
+    /// Whether it dials etcd over TLS (etcd may refuse a client's
+    /// certificate, or its lack of one, only after the handshake, by
+    /// closing the connection).
+    tls: bool,
 }
 
 impl std::fmt::Debug for Client {
@@ -62,7 +66,7 @@ impl Client {
     /// [`ConnectOptions`](crate::ConnectOptions) sets), with a fresh probe.
     /// It never moves (coord does not know how to dial it).
     pub fn new(etcd: etcd_client::Client) -> Self {
-        Self::build(etcd.clone(), (0, etcd), None)
+        Self::build(etcd.clone(), (0, etcd), None, false)
     }
 
     /// `first` to every endpoint, handles on member `current`.
@@ -70,12 +74,14 @@ impl Client {
         first: etcd_client::Client,
         current: (usize, etcd_client::Client),
         dial: Option<(Vec<String>, etcd_client::ConnectOptions)>,
+        tls: bool,
     ) -> Self {
         Client {
             shared: Arc::new(Shared {
                 first,
                 current: RwLock::new(current),
                 dial,
+                tls,
                 moved_at: Mutex::new(None),
             }),
             probe: Some(ProbeHub::new()),
@@ -90,12 +96,58 @@ impl Client {
         }
     }
 
+    /// Asks etcd once whether it answers (a maintenance status of the
+    /// member first dialled), within `timeout`. Use it to fail fast at
+    /// start: [`connect`](crate::connect) itself does not dial.
+    ///
+    /// Errors: [`Error::Tls`](crate::Error::Tls) when the TLS handshake
+    /// fails (a wrong CA, a client certificate etcd does not accept),
+    /// [`Error::Auth`](crate::Error::Auth) when etcd refuses the
+    /// credentials, [`Error::Unreachable`](crate::Error::Unreachable) when
+    /// it refuses the connection or does not answer in time. Over TLS, a
+    /// connection etcd closes once it is open (which is how etcd refuses a
+    /// missing, expired or foreign client certificate) is reported as
+    /// `Error::Tls` saying so.
+    pub async fn check(&self, timeout: Duration) -> Result<(), crate::Error> {
+        let mut maintenance = self.shared.first.maintenance_client();
+        match tokio::time::timeout(timeout, maintenance.status()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(match (crate::connect::connect_error(e), self.shared.tls) {
+                (crate::Error::Unreachable(m), true) if closed_after_connecting(&m) => {
+                    crate::Error::Tls(format!(
+                        "etcd closed the connection after the TLS handshake: it may want \
+                             a client certificate, or refuse this one (expired, or from a CA \
+                             it does not trust): {m}"
+                    ))
+                }
+                (other, _) => other,
+            }),
+            Err(_) => Err(crate::Error::Unreachable(format!(
+                "no answer within {timeout:?}"
+            ))),
+        }
+    }
+
     fn current_index(&self) -> usize {
         match self.shared.current.read() {
             Ok(c) => c.0,
             Err(poisoned) => poisoned.into_inner().0,
         }
     }
+}
+
+/// A failure that happened on a connection once it was open (not a
+/// refused or timed-out connect).
+fn closed_after_connecting(message: &str) -> bool {
+    [
+        "broken pipe",
+        "connection closed",
+        "connection reset",
+        "operation was canceled",
+    ]
+    .iter()
+    .any(|w| message.contains(w))
+        && !message.contains("tcp connect error")
 }
 
 impl From<etcd_client::Client> for Client {

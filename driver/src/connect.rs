@@ -4,13 +4,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::tls::TlsOptions;
 
 /// Spreads the clients of one process over the members.
 static NEXT_START: AtomicU64 = AtomicU64::new(0);
 
 /// Options of [`connect`]. The defaults are what coord's failure handling
-/// assumes; a client opened another way should set the same.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// assumes; a client opened another way should set the same. Its `Debug`
+/// never shows the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConnectOptions {
     /// HTTP/2 keep-alive ping interval and timeout, sent only while a
     /// stream is open: they close a connection that died silently (a
@@ -31,8 +33,25 @@ pub struct ConnectOptions {
     /// Fail requests at once when the member has no leader, instead of
     /// hanging until quorum returns. Default true.
     pub require_leader: bool,
-    /// User name and password, if etcd has authentication on.
+    /// User name and password, if etcd has authentication on. With a
+    /// user, [`connect`] authenticates at once: a wrong password fails it
+    /// with [`Error::Auth`].
     pub user: Option<(String, String)>,
+    /// TLS to etcd (CA, client certificate). `None`: plain text, unless an
+    /// endpoint is `https://` (then the system's roots are trusted).
+    pub tls: Option<TlsOptions>,
+}
+
+impl std::fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("keep_alive", &self.keep_alive)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("require_leader", &self.require_leader)
+            .field("user", &self.user.as_ref().map(|(name, _)| name))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl Default for ConnectOptions {
@@ -42,6 +61,7 @@ impl Default for ConnectOptions {
             connect_timeout: Duration::from_secs(2),
             require_leader: true,
             user: None,
+            tls: None,
         }
     }
 }
@@ -53,6 +73,13 @@ impl Default for ConnectOptions {
 /// machines, so no global request timeout is applied (it would cut the
 /// long-lived keep-alive streams). Every handle made from the client (and
 /// its clones) shares one probe for etcd's return.
+///
+/// Fails with [`Error::Connect`] on no endpoints or a malformed one, with
+/// [`Error::Auth`] when a user is given and etcd refuses the password, and
+/// with [`Error::Unreachable`] or [`Error::Tls`] when a user is given and
+/// etcd cannot be reached (authentication needs a round trip). Call
+/// [`Client::check`](crate::Client::check) to learn at once whether etcd
+/// answers.
 pub async fn connect<E: AsRef<str>>(
     endpoints: &[E],
     options: ConnectOptions,
@@ -70,10 +97,13 @@ pub async fn connect<E: AsRef<str>>(
     if let Some((user, password)) = options.user {
         opts = opts.with_user(user, password);
     }
+    if let Some(tls) = &options.tls {
+        opts = opts.with_tls(tls.to_etcd());
+    }
     let dial: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_string()).collect();
     let first = etcd_client::Client::connect(endpoints, Some(opts.clone()))
         .await
-        .map_err(|e| Error::Connect(e.to_string()))?;
+        .map_err(connect_error)?;
     // Clients of one process start on different members.
     let start =
         usize::try_from(NEXT_START.fetch_add(1, Ordering::Relaxed) + u64::from(std::process::id()))
@@ -81,10 +111,62 @@ pub async fn connect<E: AsRef<str>>(
             % dial.len();
     let member = etcd_client::Client::connect([&dial[start]], Some(opts.clone()))
         .await
-        .map_err(|e| Error::Connect(e.to_string()))?;
+        .map_err(connect_error)?;
+    let tls = options.tls.is_some() || dial.iter().any(|e| e.starts_with("https://"));
     Ok(crate::Client::build(
         first,
         (start, member),
         Some((dial, opts)),
+        tls,
     ))
+}
+
+/// An etcd-client error met while connecting or checking, as a typed
+/// error whose text carries every cause (a TLS failure is only named deep
+/// in the transport error's sources).
+pub(crate) fn connect_error(e: etcd_client::Error) -> Error {
+    use tonic::Code;
+    let text = describe(&e);
+    let lower = text.to_lowercase();
+    let tls = ["certificate", "tls", "handshake", "x509", "unknownissuer"]
+        .iter()
+        .any(|w| lower.contains(w));
+    match &e {
+        etcd_client::Error::GRpcStatus(s)
+            if s.code() == Code::Unauthenticated
+                || s.code() == Code::PermissionDenied
+                || s.message().contains("authentication failed")
+                || s.message().contains("user name is empty")
+                || s.message().contains("invalid auth token") =>
+        {
+            Error::Auth(text)
+        }
+        _ if tls => Error::Tls(text),
+        etcd_client::Error::GRpcStatus(s)
+            if matches!(
+                s.code(),
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+            ) =>
+        {
+            Error::Unreachable(text)
+        }
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            Error::Unreachable(text)
+        }
+        _ => Error::Connect(text),
+    }
+}
+
+/// `e` and each of its sources, joined by ": " (repeats dropped).
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let s = err.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
 }

@@ -45,6 +45,13 @@ pub(crate) fn queue_prefix(name: &str) -> Result<Key, Error> {
     }
 }
 
+/// Checks an election or lock name as every constructor does, without
+/// anything else: `Error::InvalidName` when it is empty, ends with `/`,
+/// holds a control character or is longer than 4,096 bytes.
+pub fn validate_name(name: &str) -> Result<(), Error> {
+    queue_prefix(name).map(|_| ())
+}
+
 fn check_value(value: &[u8]) -> Result<(), Error> {
     if value.len() > MAX_METADATA_LEN {
         return Err(Error::ValueTooLarge {

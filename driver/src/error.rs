@@ -46,6 +46,13 @@ pub enum Error {
     /// Connecting a client failed (bad endpoint or options).
     #[error("cannot create etcd client: {0}")]
     Connect(String),
+    /// TLS failed: a CA, certificate or key that does not load, or etcd
+    /// and the client that do not accept each other's certificates.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// etcd refused the user or password (or the user's permissions).
+    #[error("etcd refused the credentials: {0}")]
+    Auth(String),
     /// Watcher options out of range; nothing was read.
     #[error("invalid watcher options: {0}")]
     InvalidWatcherOptions(coord_core::watcher::ConfigError),

@@ -73,6 +73,8 @@ mod probe;
 mod runner;
 pub mod session;
 mod status;
+#[cfg(not(madsim))]
+mod tls;
 pub mod watcher;
 
 pub use api::{
@@ -96,6 +98,8 @@ pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
 };
 pub use status::{LeaseStatus, ViewStatus};
+#[cfg(not(madsim))]
+pub use tls::TlsOptions;
 pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions};
 
 pub use coord_core::election::Loss;
@@ -104,7 +108,7 @@ pub use coord_core::io::{
 };
 pub use coord_core::observer::Leader;
 pub use coord_core::{FencingToken, Key};
-pub use election::{Election, LeaderProbe, Leadership, MutexGuard};
+pub use election::{validate_name, Election, LeaderProbe, Leadership, MutexGuard};
 pub use mutex::Mutex;
 pub use observe::{Observe, Observed};
 pub use pool::{ElectionPool, PoolStats};

@@ -42,9 +42,23 @@ fn log_level() -> String {
     std::env::var("COORD_TEST_ETCD_LOG").unwrap_or_else(|_| "warn".into())
 }
 
+/// How a TLS etcd is started: its certificate and key, the CA it trusts
+/// for client certificates (with `--client-cert-auth`), and what the
+/// harness itself presents.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    pub client_cert_auth: bool,
+    /// The harness's own client certificate and key.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
 #[derive(Debug)]
 pub struct Member {
     pub name: String,
+    scheme: &'static str,
     pub client_port: u16,
     pub peer_port: u16,
     data_dir: PathBuf,
@@ -53,9 +67,9 @@ pub struct Member {
 }
 
 impl Member {
-    /// `http://127.0.0.1:<client port>`.
+    /// `http://127.0.0.1:<client port>` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.client_port)
     }
 
     /// What the member logged so far (warnings and errors).
@@ -78,21 +92,32 @@ pub struct EtcdCluster {
     heartbeat_ms: u32,
     election_ms: u32,
     token: String,
+    tls: Option<ServerTls>,
     _dir: tempfile::TempDir,
 }
 
 impl EtcdCluster {
     /// One member with fast raft timing (heartbeat 10 ms, election 100 ms).
     pub async fn single() -> EtcdCluster {
-        Self::start(1, 10, 100).await
+        Self::start(1, 10, 100, None).await
+    }
+
+    /// One member serving clients over TLS only.
+    pub async fn single_tls(tls: ServerTls) -> EtcdCluster {
+        Self::start(1, 10, 100, Some(tls)).await
     }
 
     /// Three members, heartbeat 50 ms, election 500 ms.
     pub async fn three() -> EtcdCluster {
-        Self::start(3, 50, 500).await
+        Self::start(3, 50, 500, None).await
     }
 
-    async fn start(size: usize, heartbeat_ms: u32, election_ms: u32) -> EtcdCluster {
+    async fn start(
+        size: usize,
+        heartbeat_ms: u32,
+        election_ms: u32,
+        tls: Option<ServerTls>,
+    ) -> EtcdCluster {
         let bin = etcd_binary();
         let dir = tempfile::Builder::new()
             .prefix("coord-etcd-")
@@ -102,6 +127,7 @@ impl EtcdCluster {
         let members = (0..size)
             .map(|i| Member {
                 name: format!("n{}", i + 1),
+                scheme: if tls.is_some() { "https" } else { "http" },
                 client_port: ports[i],
                 peer_port: ports[size + i],
                 data_dir: dir.path().join(format!("n{}.data", i + 1)),
@@ -115,6 +141,7 @@ impl EtcdCluster {
             heartbeat_ms,
             election_ms,
             token,
+            tls,
             _dir: dir,
         };
         for i in 0..size {
@@ -148,11 +175,25 @@ impl EtcdCluster {
             .open(&m.log)
             .expect("open etcd log");
         let log2 = log.try_clone().expect("clone log handle");
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let client = m.endpoint();
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
         // etcd maps every ETCD_* variable to a flag (and a variable plus the
         // same flag is fatal): start it with a clean environment.
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key);
+            if tls.client_cert_auth {
+                command
+                    .arg("--trusted-ca-file")
+                    .arg(&tls.ca)
+                    .arg("--client-cert-auth");
+            }
+        }
+        let child = command
             .env_clear()
             .args(["--name", &m.name])
             .arg("--data-dir")
@@ -227,9 +268,7 @@ impl EtcdCluster {
         let start = tokio::time::Instant::now();
         loop {
             let ok = async {
-                let mut c = etcd_client::Client::connect([ep.as_str()], None)
-                    .await
-                    .ok()?;
+                let mut c = self.plain_client(&ep).await?;
                 tokio::time::timeout(Duration::from_millis(500), c.status())
                     .await
                     .ok()?
@@ -245,6 +284,30 @@ impl EtcdCluster {
                 panic!("etcd {ep} not healthy after {deadline:?}; log:\n{tail}");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// An etcd-client client to `endpoint`, with the harness's TLS.
+    async fn plain_client(&self, endpoint: &str) -> Option<etcd_client::Client> {
+        let options = self.tls.as_ref().map(|tls| {
+            let client = tls.client.as_ref();
+            let tls = coord::TlsOptions::from_files(
+                Some(&tls.ca),
+                client.map(|c| c.0.as_path()),
+                client.map(|c| c.1.as_path()),
+            )
+            .expect("the harness's certificates load");
+            coord::ConnectOptions {
+                tls: Some(tls),
+                ..coord::ConnectOptions::default()
+            }
+        });
+        match options {
+            None => etcd_client::Client::connect([endpoint], None).await.ok(),
+            Some(options) => coord::connect(&[endpoint], options)
+                .await
+                .ok()
+                .map(|c| etcd_client::Client::clone(&c)),
         }
     }
 

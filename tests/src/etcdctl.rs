@@ -122,6 +122,30 @@ impl Peer {
         self.lines.try_recv().ok()
     }
 
+    /// Sends `signal` without waiting for the exit.
+    pub fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.child.id() {
+            let _ = kill(Pid::from_raw(i32::try_from(pid).expect("pid")), signal);
+        }
+    }
+
+    /// Waits for the exit, or panics after `deadline`.
+    pub async fn wait(&mut self, deadline: Duration) -> std::process::ExitStatus {
+        match tokio::time::timeout(deadline, self.child.wait()).await {
+            Ok(status) => status.expect("wait for the process"),
+            Err(_) => panic!("the process did not exit within {deadline:?}"),
+        }
+    }
+
+    /// Every line printed until the process ended (or `deadline` passed).
+    pub async fn rest(&mut self, deadline: Duration) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Some(line) = self.try_line(deadline).await {
+            lines.push(line);
+        }
+        lines
+    }
+
     /// kill -9.
     pub async fn kill9(&mut self) {
         let _ = self.child.start_kill();

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+pub mod certs;
 pub mod etcd;
 pub mod etcdctl;
 pub mod proxy;
