@@ -1,0 +1,273 @@
+//! The command line: global flags (etcdctl's names, and its `ETCDCTL_*`
+//! environment variables) and one subcommand per job.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// coordctl: coord's operator command line, for hosts, elections and locks
+/// on etcd v3 (keys compatible with go-coord and `etcdctl elect`/`lock`).
+///
+/// Exit status: 0 ok; 1 bad usage or input (nothing written); 2 etcd
+/// unreachable or refused (TLS, credentials); 3 lock held (`--try`, or
+/// `--timeout` passed); 4 leadership or lock lost; 126/127 the command
+/// cannot be run or is not found; otherwise the command's own status, or
+/// 128+N when a signal N ended it.
+#[derive(Debug, Parser)]
+#[command(name = "coordctl", version, about, long_about = None)]
+pub struct Cli {
+    /// Flags every subcommand takes.
+    #[command(flatten)]
+    pub global: Global,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns and one human line per event.
+    Table,
+    /// One JSON object per line (per host or event), each with `ts`.
+    Json,
+}
+
+/// Flags every subcommand takes. Each falls back on etcdctl's environment
+/// variable where etcdctl has one.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// etcd endpoints, comma-separated (`host:port`, `http://` or
+    /// `https://`).
+    #[arg(
+        long,
+        global = true,
+        env = "ETCDCTL_ENDPOINTS",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:2379"
+    )]
+    pub endpoints: Vec<String>,
+    /// Key prefix of the hosts (`register`, `hosts`).
+    #[arg(long, global = true, env = "COORD_PREFIX", default_value = coord::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// How long to wait for etcd's first answer (for example `2s`).
+    #[arg(long, global = true, env = "ETCDCTL_DIAL_TIMEOUT", default_value = "2s", value_parser = duration)]
+    pub dial_timeout: Duration,
+    /// Deadline of each etcd request (for example `5s`).
+    #[arg(long, global = true, env = "ETCDCTL_COMMAND_TIMEOUT", default_value = "5s", value_parser = duration)]
+    pub command_timeout: Duration,
+    /// CA certificate (PEM) that signs etcd's certificates; enables TLS.
+    #[arg(long, global = true, env = "ETCDCTL_CACERT")]
+    pub cacert: Option<PathBuf>,
+    /// Client certificate (PEM), for etcd's `--client-cert-auth`; needs
+    /// `--key`.
+    #[arg(long, global = true, env = "ETCDCTL_CERT")]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM) of `--cert`.
+    #[arg(long, global = true, env = "ETCDCTL_KEY")]
+    pub key: Option<PathBuf>,
+    /// Accept any server certificate. Not supported: coord's TLS stack
+    /// always verifies; give the CA with `--cacert` instead.
+    #[arg(long, global = true, env = "ETCDCTL_INSECURE_SKIP_TLS_VERIFY")]
+    pub insecure_skip_tls_verify: bool,
+    /// User for etcd's authentication, `name` or `name:password`. Without
+    /// a password (and without `--password`) it is prompted for on the
+    /// terminal, never echoed.
+    #[arg(long, global = true, env = "ETCDCTL_USER")]
+    pub user: Option<String>,
+    /// Password of `--user` (prefer the prompt or `ETCDCTL_PASSWORD`: a
+    /// flag shows in the process list).
+    #[arg(long, global = true, env = "ETCDCTL_PASSWORD", hide_env_values = true)]
+    pub password: Option<String>,
+    /// Output format.
+    #[arg(
+        long,
+        short = 'w',
+        alias = "write-out",
+        global = true,
+        value_enum,
+        default_value = "table"
+    )]
+    pub output: Output,
+    /// More logs on stderr: `-v` coord's debug logs, `-vv` everything's.
+    /// `RUST_LOG` overrides.
+    #[arg(long, short = 'v', global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Serve coord's metrics in Prometheus' text format at this address
+    /// (`/metrics`), for as long as the command runs.
+    #[arg(long, global = true, env = "COORD_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Register this host and stay registered (healing) until SIGINT or
+    /// SIGTERM, then revoke its lease and exit 0. Prints every liveness
+    /// change.
+    Register(Register),
+    /// List the registered hosts; with `--watch`, then stream their
+    /// changes.
+    Hosts(Hosts),
+    /// Campaign in the election NAME with VALUE and print when elected.
+    /// Without a command, lead until SIGINT or SIGTERM (then resign, exit
+    /// 0) or until leadership is lost (exit 4). With a command after
+    /// `--`, run it while leading (see `lock` for the contract).
+    Campaign(Campaign),
+    /// Print the current leader of the election NAME (nothing is written).
+    Leader(Named),
+    /// Print every change of the leader of the election NAME until SIGINT
+    /// or SIGTERM (nothing is written).
+    Observe(Named),
+    /// Take the lock NAME and run a command while holding it. The command
+    /// gets the fencing token in `COORD_FENCE` and the lock's key in
+    /// `COORD_KEY`. If the lock is lost, the command gets SIGTERM, then
+    /// SIGKILL after `--grace`, and coordctl exits 4. When the command
+    /// exits, the lock is released and coordctl exits with its status.
+    ///
+    /// There is no `unlock` (nor `resign`): only the process that holds a
+    /// lock or leadership can give it up, through its lease, so a stray
+    /// command can never release someone else's. It is released when the
+    /// command ends or coordctl gets SIGINT/SIGTERM, and by etcd one TTL
+    /// after coordctl dies.
+    Lock(Lock),
+}
+
+/// `coordctl register`.
+#[derive(Debug, Args)]
+pub struct Register {
+    /// The host's id: the last segment of its key (no `/`, `..` or control
+    /// characters).
+    #[arg(long)]
+    pub id: String,
+    /// Host name recorded (default: this machine's).
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// Hypervisor recorded.
+    #[arg(long, default_value = "")]
+    pub hypervisor: String,
+    /// Agent version recorded.
+    #[arg(long = "version", default_value = "")]
+    pub agent_version: String,
+    /// Lease TTL in seconds (1 to 86,400).
+    #[arg(long, default_value_t = 10)]
+    pub ttl: u64,
+}
+
+/// `coordctl hosts`.
+#[derive(Debug, Args)]
+pub struct Hosts {
+    /// After the list, stream every change until SIGINT or SIGTERM.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// A subcommand that only names an election.
+#[derive(Debug, Args)]
+pub struct Named {
+    /// The election's name (its keys live under `NAME/`).
+    pub name: String,
+}
+
+/// What `campaign` and `lock` share when they run a command.
+#[derive(Debug, Args)]
+pub struct Hold {
+    /// Lease TTL in seconds (1 to 86,400): a holder whose process dies is
+    /// replaced about this long later.
+    #[arg(long, default_value_t = 60)]
+    pub ttl: u64,
+    /// After a loss, how long the command has between SIGTERM and SIGKILL
+    /// (for example `10s`).
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub grace: Duration,
+}
+
+/// `coordctl campaign`.
+#[derive(Debug, Args)]
+pub struct Campaign {
+    /// The election's name (its keys live under `NAME/`, as `etcdctl
+    /// elect NAME` writes them).
+    pub name: String,
+    /// The value this candidate proclaims.
+    pub value: String,
+    /// Shared with `lock`.
+    #[command(flatten)]
+    pub hold: Hold,
+    /// The command to run while leading, after `--`.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// `coordctl lock`.
+#[derive(Debug, Args)]
+pub struct Lock {
+    /// The lock's name (its keys live under `NAME/`, as `etcdctl lock
+    /// NAME` writes them).
+    pub name: String,
+    /// Shared with `campaign`.
+    #[command(flatten)]
+    pub hold: Hold,
+    /// Give up (exit 3) if the lock is not held within this long (for
+    /// example `30s`). Default: wait for ever.
+    #[arg(long, value_parser = duration, conflicts_with = "try_lock")]
+    pub timeout: Option<Duration>,
+    /// Fail at once (exit 3) if the lock is held.
+    #[arg(long = "try")]
+    pub try_lock: bool,
+    /// The command to run while holding the lock, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// A duration as etcdctl writes them (`500ms`, `2s`, `1m`), or bare
+/// seconds.
+fn duration(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_take_go_style_units_or_seconds() {
+        assert_eq!(duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(duration("3"), Ok(Duration::from_secs(3)));
+        assert!(duration("soon").is_err());
+    }
+
+    #[test]
+    fn lock_needs_a_command_and_campaign_does_not() {
+        assert!(Cli::try_parse_from(["coordctl", "lock", "jobs"]).is_err());
+        assert!(Cli::try_parse_from(["coordctl", "lock", "jobs", "--", "true"]).is_ok());
+        assert!(Cli::try_parse_from(["coordctl", "campaign", "jobs", "v"]).is_ok());
+        let cli = Cli::try_parse_from(["coordctl", "campaign", "e", "v", "--", "sleep", "9"])
+            .map_err(|e| e.to_string());
+        assert!(
+            matches!(&cli, Ok(Cli { command: Command::Campaign(c), .. }) if c.command == ["sleep", "9"]),
+            "{cli:?}"
+        );
+    }
+
+    #[test]
+    fn endpoints_are_comma_separated() {
+        let cli = Cli::try_parse_from(["coordctl", "--endpoints", "a:1,b:2", "hosts"])
+            .map_err(|e| e.to_string());
+        assert!(
+            matches!(&cli, Ok(c) if c.global.endpoints == ["a:1", "b:2"]),
+            "{cli:?}"
+        );
+    }
+}

@@ -1,0 +1,179 @@
+//! `coordctl campaign`, `leader` and `observe`: elections keyed as etcd's
+//! Go `concurrency` package keys them (`NAME/<lease hex>`), so coordctl,
+//! `etcdctl elect` and go-coord agents share one election.
+
+use std::time::Duration;
+
+use coord::{Election, Error, Leader, Leadership, Observe, Observed, SessionOptions};
+use serde_json::Value;
+
+use crate::cli::{Campaign, Global, Hold, Named};
+use crate::exit::Failure;
+use crate::output::{Printer, Record};
+use crate::setup::{self, Signals};
+use crate::supervise::{run_while_held, Ended};
+
+/// The session options of a hold.
+pub fn session_options(global: &Global, hold: &Hold) -> Result<SessionOptions, Failure> {
+    Ok(SessionOptions {
+        ttl: setup::ttl(hold.ttl)?,
+        request_timeout: global.command_timeout,
+        ..SessionOptions::default()
+    })
+}
+
+/// Campaigns; once elected, leads until a signal (resign, `Ok(0)`), a loss
+/// (`Failure::Lost`), or, with a command, until the command ends (its
+/// status).
+pub async fn campaign(
+    global: &Global,
+    args: &Campaign,
+    signals: &mut Signals,
+    printer: Printer,
+) -> Result<u8, Failure> {
+    let options = session_options(global, &args.hold)?;
+    if args.value.len() > coord::MAX_METADATA_LEN {
+        return Err(Error::ValueTooLarge {
+            size: args.value.len(),
+            max: coord::MAX_METADATA_LEN,
+        }
+        .into());
+    }
+    coord::validate_name(&args.name)?;
+    let client = setup::connect(global).await?;
+    let election = Election::new(client, &args.name, options).await?;
+    printer.event(
+        &Record::new("campaigning")
+            .with("name", args.name.as_str())
+            .with(
+                "lease",
+                election.session().lease_id().map(|l| l.to_string()),
+            ),
+    );
+    let leadership = tokio::select! {
+        won = election.campaign(args.value.as_bytes()) => won,
+        _ = signals.next() => {
+            // Dropping the campaign withdrew it; the session goes too.
+            let _ = election.close().await;
+            return Ok(0);
+        }
+    };
+    let leadership = match leadership {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = election.close().await;
+            return Err(e.into());
+        }
+    };
+    printer.event(&held_record("elected", &args.name, &leadership));
+    let result = lead(&leadership, &args.hold, &args.command, signals, printer).await;
+    release(leadership, printer).await;
+    let _ = election.close().await;
+    result
+}
+
+/// Holds `held` until a signal, a loss or (with `command`) the command's
+/// end. Shared by `campaign` and `lock`.
+pub async fn lead(
+    held: &Leadership,
+    hold: &Hold,
+    command: &[String],
+    signals: &mut Signals,
+    printer: Printer,
+) -> Result<u8, Failure> {
+    if command.is_empty() {
+        return tokio::select! {
+            loss = held.lost() => {
+                let loss = loss.unwrap_or(coord::Loss::SessionClosed);
+                printer.event(&Record::new("lost").with("reason", loss.to_string()));
+                Err(Failure::Lost(loss))
+            }
+            _ = signals.next() => Ok(0),
+        };
+    }
+    match run_while_held(command, held, hold.grace, signals, printer).await? {
+        Ended::Exited(code) => Ok(code),
+        Ended::Lost(loss) => Err(Failure::Lost(loss)),
+    }
+}
+
+/// Resigns (or unlocks) if still held, and says so.
+pub async fn release(held: Leadership, printer: Printer) {
+    if held.probe().has_ended() {
+        return;
+    }
+    let released = held.resign().await;
+    printer.event(&Record::new("released").with("confirmed", released.is_ok()));
+}
+
+/// What a holder prints about its hold.
+pub fn held_record(event: &'static str, name: &str, held: &Leadership) -> Record {
+    Record::new(event)
+        .with("name", name)
+        .with("key", held.key())
+        .with("fence", held.fence().0)
+        .with("lease", held.lease().to_string())
+}
+
+/// Prints the leader of the election (nothing is written); `None` when
+/// nobody leads.
+pub async fn leader(global: &Global, args: &Named, printer: Printer) -> Result<(), Failure> {
+    coord::validate_name(&args.name)?;
+    let client = setup::connect(global).await?;
+    let mut observe = Observe::start(client, &args.name)?;
+    let first = first_observation(&mut observe, global.command_timeout).await;
+    observe.close();
+    let observed = first?;
+    printer.event(&observed_record(&args.name, &observed));
+    Ok(())
+}
+
+/// Prints the leader, then every change, until SIGINT or SIGTERM.
+pub async fn observe(
+    global: &Global,
+    args: &Named,
+    signals: &mut Signals,
+    printer: Printer,
+) -> Result<(), Failure> {
+    coord::validate_name(&args.name)?;
+    let client = setup::connect(global).await?;
+    let mut observe = Observe::start(client, &args.name)?;
+    let result = async {
+        loop {
+            tokio::select! {
+                next = observe.next() => match next {
+                    Some(observed) => printer.event(&observed_record(&args.name, &observed)),
+                    None => return Err(Failure::from(Error::TaskGone)),
+                },
+                _ = signals.next() => return Ok(()),
+            }
+        }
+    }
+    .await;
+    observe.close();
+    result
+}
+
+async fn first_observation(observe: &mut Observe, within: Duration) -> Result<Observed, Failure> {
+    match tokio::time::timeout(within, observe.next()).await {
+        Ok(Some(observed)) => Ok(observed),
+        Ok(None) => Err(Error::TaskGone.into()),
+        Err(_) => Err(Error::Unreachable(format!("no leader read within {within:?}")).into()),
+    }
+}
+
+fn observed_record(name: &str, observed: &Observed) -> Record {
+    let record = Record::new("leader")
+        .with("name", name)
+        .with("revision", observed.revision.0);
+    match &observed.leader {
+        None => record
+            .with("key", Value::Null)
+            .with("value", Value::Null)
+            .with("fence", Value::Null),
+        Some(Leader { key, value, token }) => record
+            .with("key", key.to_string())
+            .with("value", String::from_utf8_lossy(value).into_owned())
+            .with("fence", token.0),
+    }
+}

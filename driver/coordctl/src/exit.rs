@@ -1,0 +1,128 @@
+//! Why coordctl stops, and the documented exit status of each reason.
+
+use std::process::ExitCode;
+
+use coord::Error;
+
+/// Exit status: bad usage or input, nothing written.
+pub const USAGE: u8 = 1;
+/// Exit status: etcd unreachable or refused (TLS, credentials, a request).
+pub const UNREACHABLE: u8 = 2;
+/// Exit status: the lock is held (`--try`, or `--timeout` passed).
+pub const HELD: u8 = 3;
+/// Exit status: leadership or the lock was lost.
+pub const LOST: u8 = 4;
+/// Exit status: the command exists but cannot be run.
+pub const CANNOT_RUN: u8 = 126;
+/// Exit status: the command is not found.
+pub const NOT_FOUND: u8 = 127;
+
+/// Why a subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// Bad usage or input, found before anything was written.
+    #[error("{0}")]
+    Usage(String),
+    /// What coord reported.
+    #[error(transparent)]
+    Coord(#[from] Error),
+    /// The command could not be started.
+    #[error("cannot run {command:?}: {error}")]
+    Spawn {
+        /// The program.
+        command: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Leadership or the lock was lost (the command, if any, was stopped).
+    #[error("lost: {0}")]
+    Lost(coord::Loss),
+}
+
+impl Failure {
+    /// The exit status of this failure.
+    pub fn code(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => USAGE,
+            Failure::Spawn { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
+                NOT_FOUND
+            }
+            Failure::Spawn { .. } => CANNOT_RUN,
+            Failure::Lost(_) => LOST,
+            Failure::Coord(e) => coord_code(e),
+        }
+    }
+
+    /// The exit status, as the process returns it.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code())
+    }
+}
+
+fn coord_code(e: &Error) -> u8 {
+    match e {
+        Error::InvalidHostId(_)
+        | Error::InvalidOptions(_)
+        | Error::InvalidPrefix(_)
+        | Error::MetadataTooLarge { .. }
+        | Error::Encode(_)
+        | Error::InvalidWatcherOptions(_)
+        | Error::InvalidName { .. }
+        | Error::ValueTooLarge { .. }
+        | Error::AlreadyCampaigning { .. } => USAGE,
+        Error::Locked | Error::Timeout => HELD,
+        Error::Lost(_) | Error::NotLeader => LOST,
+        Error::Unreachable(_)
+        | Error::Registration(_)
+        | Error::RevokeNotConfirmed { .. }
+        | Error::Connect(_)
+        | Error::Tls(_)
+        | Error::Auth(_)
+        | Error::Watch(_)
+        | Error::TaskGone
+        | Error::Closed
+        | Error::Request(_) => UNREACHABLE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_has_its_documented_status() {
+        let bad_id = coord::validate_host_id("a/b").map_err(Error::from);
+        assert!(matches!(bad_id, Err(ref e) if coord_code(e) == USAGE));
+        assert_eq!(Failure::Coord(Error::Locked).code(), HELD);
+        assert_eq!(Failure::Coord(Error::Timeout).code(), HELD);
+        assert_eq!(Failure::Lost(coord::Loss::KeyDeleted).code(), LOST);
+        assert_eq!(
+            Failure::Coord(Error::Lost(coord::Loss::SessionClosed)).code(),
+            LOST
+        );
+        assert_eq!(
+            Failure::Coord(Error::Unreachable("refused".into())).code(),
+            UNREACHABLE
+        );
+        assert_eq!(Failure::Coord(Error::Auth("no".into())).code(), UNREACHABLE);
+        assert_eq!(Failure::Usage("x".into()).code(), USAGE);
+        let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(
+            Failure::Spawn {
+                command: "nope".into(),
+                error: missing
+            }
+            .code(),
+            NOT_FOUND
+        );
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            Failure::Spawn {
+                command: "x".into(),
+                error: denied
+            }
+            .code(),
+            CANNOT_RUN
+        );
+    }
+}

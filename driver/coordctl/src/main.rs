@@ -1,0 +1,98 @@
+//! `coordctl`: coord's operator command line. See `coordctl --help`, and
+//! the README's `coordctl` section.
+
+#![forbid(unsafe_code)]
+
+mod cli;
+mod elect;
+mod exit;
+mod hosts;
+mod lock;
+mod output;
+mod register;
+mod setup;
+mod supervise;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+use crate::output::Printer;
+use crate::setup::Signals;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    logs(cli.global.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("coordctl: cannot start: {e}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("coordctl: {failure}");
+            failure.exit_code()
+        }
+    }
+}
+
+/// Logs to stderr: `RUST_LOG`, else warnings, `-v` coord's debug logs,
+/// `-vv` everything's.
+fn logs(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "warn,coord=debug,coordctl=debug",
+        _ => "debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+async fn run(cli: Cli) -> Result<u8, Failure> {
+    let mut signals = Signals::catch()?;
+    let printer = Printer::new(cli.global.output);
+    let global = &cli.global;
+    match &cli.command {
+        Command::Register(args) => {
+            register::run(global, args, &mut signals, printer).await?;
+            Ok(0)
+        }
+        Command::Hosts(args) => {
+            hosts::run(global, args, &mut signals, printer).await?;
+            Ok(0)
+        }
+        Command::Campaign(args) => elect::campaign(global, args, &mut signals, printer).await,
+        Command::Leader(args) => {
+            elect::leader(global, args, printer).await?;
+            Ok(0)
+        }
+        Command::Observe(args) => {
+            elect::observe(global, args, &mut signals, printer).await?;
+            Ok(0)
+        }
+        Command::Lock(args) => lock::run(global, args, &mut signals, printer).await,
+    }
+}

@@ -1,0 +1,161 @@
+//! What every subcommand needs first: the client (TLS and credentials
+//! from the global flags, checked against etcd at once), and the signals
+//! that end a command.
+
+use std::time::Duration;
+
+use coord::{ConnectOptions, Error, TlsOptions};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use crate::cli::Global;
+use crate::exit::Failure;
+
+/// TTLs a lease may ask for, in seconds.
+pub const TTL_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400;
+
+/// Checks a `--ttl` before anything is dialled.
+pub fn ttl(secs: u64) -> Result<Duration, Failure> {
+    if TTL_RANGE.contains(&secs) {
+        Ok(Duration::from_secs(secs))
+    } else {
+        Err(Failure::Usage(format!(
+            "--ttl {secs} is out of range: {} to {} seconds",
+            TTL_RANGE.start(),
+            TTL_RANGE.end()
+        )))
+    }
+}
+
+/// The connect options the global flags ask for. Certificates are loaded
+/// and the password prompted for here; a problem with either is bad input
+/// (nothing is dialled).
+pub fn connect_options(global: &Global) -> Result<ConnectOptions, Failure> {
+    if global.insecure_skip_tls_verify {
+        return Err(Failure::Usage(
+            "--insecure-skip-tls-verify is not supported: coord always verifies etcd's \
+             certificate; give its CA with --cacert"
+                .into(),
+        ));
+    }
+    if global.endpoints.iter().all(|e| e.trim().is_empty()) {
+        return Err(Failure::Usage("--endpoints is empty".into()));
+    }
+    let wants_tls = global.cacert.is_some()
+        || global.cert.is_some()
+        || global.key.is_some()
+        || global.endpoints.iter().any(|e| e.starts_with("https://"));
+    let tls = if wants_tls {
+        let tls = TlsOptions::from_files(
+            global.cacert.as_deref(),
+            global.cert.as_deref(),
+            global.key.as_deref(),
+        )
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+        Some(tls)
+    } else {
+        None
+    };
+    let user = match &global.user {
+        None => None,
+        Some(spec) => Some(credentials(spec, global.password.as_deref())?),
+    };
+    Ok(ConnectOptions {
+        connect_timeout: global.dial_timeout,
+        user,
+        tls,
+        ..ConnectOptions::default()
+    })
+}
+
+/// `name[:password]`, the password otherwise from `--password` or the
+/// terminal (not echoed).
+fn credentials(spec: &str, password: Option<&str>) -> Result<(String, String), Failure> {
+    let (name, inline) = match spec.split_once(':') {
+        Some((name, password)) => (name, Some(password)),
+        None => (spec, None),
+    };
+    if name.is_empty() {
+        return Err(Failure::Usage("--user has an empty name".into()));
+    }
+    let password = match inline.or(password) {
+        Some(p) => p.to_string(),
+        None => rpassword::prompt_password(format!("Password for {name}: "))
+            .map_err(|e| Failure::Usage(format!("cannot read the password: {e}")))?,
+    };
+    Ok((name.to_string(), password))
+}
+
+/// Connects and asks etcd once, within the dial timeout: a refused or
+/// silent etcd, a TLS failure or refused credentials end the command here
+/// (exit 2), before anything is written.
+pub async fn connect(global: &Global) -> Result<coord::Client, Failure> {
+    let options = connect_options(global)?;
+    let endpoints: Vec<&str> = global
+        .endpoints
+        .iter()
+        .map(|e| e.trim())
+        .filter(|e| !e.is_empty())
+        .collect();
+    let dial = global.dial_timeout;
+    let client = match tokio::time::timeout(dial, coord::connect(&endpoints, options)).await {
+        Ok(client) => client?,
+        Err(_) => {
+            return Err(Error::Unreachable(format!("no answer within {dial:?}")).into());
+        }
+    };
+    client.check(dial).await?;
+    Ok(client)
+}
+
+/// SIGINT and SIGTERM, caught from the start so that neither kills
+/// coordctl before it has cleaned up.
+pub struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    /// Catches SIGINT and SIGTERM from now on.
+    pub fn catch() -> Result<Self, Failure> {
+        let install =
+            |kind| signal(kind).map_err(|e| Failure::Usage(format!("cannot catch signals: {e}")));
+        Ok(Signals {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+        })
+    }
+
+    /// The next SIGINT or SIGTERM; its number.
+    pub async fn next(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.interrupt.recv() => nix::libc::SIGINT,
+            _ = self.terminate.recv() => nix::libc::SIGTERM,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_out_of_range_are_refused() {
+        assert!(matches!(ttl(0), Err(Failure::Usage(m)) if m.contains("out of range")));
+        assert!(ttl(86_401).is_err());
+        assert_eq!(ttl(1).ok(), Some(Duration::from_secs(1)));
+        assert_eq!(ttl(86_400).ok(), Some(Duration::from_secs(86_400)));
+    }
+
+    #[test]
+    fn credentials_split_at_the_first_colon() {
+        assert_eq!(
+            credentials("root:pa:ss", None).ok(),
+            Some(("root".into(), "pa:ss".into()))
+        );
+        assert_eq!(
+            credentials("root", Some("pw")).ok(),
+            Some(("root".into(), "pw".into()))
+        );
+        assert!(matches!(credentials(":pw", None), Err(Failure::Usage(_))));
+    }
+}

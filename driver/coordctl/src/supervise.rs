@@ -1,0 +1,145 @@
+//! Running a command while holding leadership or a lock: the contract of
+//! `coordctl campaign ... -- CMD` and `coordctl lock ... -- CMD`.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use coord::{Leadership, Loss};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tracing::{info, warn};
+
+use crate::exit::Failure;
+use crate::output::{Printer, Record};
+use crate::setup::Signals;
+
+/// How a held command ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// It exited by itself (or after a signal coordctl forwarded); the
+    /// status coordctl exits with.
+    Exited(u8),
+    /// The hold was lost; the command was stopped.
+    Lost(Loss),
+}
+
+/// The exit status that reports `status`: its code, or 128+N for signal N.
+pub fn status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + (signal & 0x7f)).unwrap_or(255),
+        (None, None) => 1,
+    }
+}
+
+/// Runs `argv` while `held` lasts. The command gets `COORD_FENCE` (the
+/// fencing token) and `COORD_KEY` (the holder's key).
+/// - It exits: `Ended::Exited` with its status (the caller releases).
+/// - The hold is lost: SIGTERM, then SIGKILL after `grace`;
+///   `Ended::Lost`.
+/// - coordctl gets SIGINT or SIGTERM: the same signal is passed on, the
+///   command has `grace` to exit before SIGKILL; `Ended::Exited`.
+pub async fn run_while_held(
+    argv: &[String],
+    held: &Leadership,
+    grace: Duration,
+    signals: &mut Signals,
+    printer: Printer,
+) -> Result<Ended, Failure> {
+    let Some((program, args)) = argv.split_first() else {
+        return Err(Failure::Usage("no command given after --".into()));
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .env("COORD_FENCE", held.fence().0.to_string())
+        .env("COORD_KEY", held.key())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| Failure::Spawn {
+            command: program.clone(),
+            error,
+        })?;
+    let pid = child.id();
+    info!(?pid, command = %program, "command started");
+    printer.event(
+        &Record::new("started")
+            .with("command", program.as_str())
+            .with("pid", pid.map_or(serde_json::Value::Null, Into::into)),
+    );
+    tokio::select! {
+        status = child.wait() => {
+            let code = exited(status, program, printer);
+            Ok(Ended::Exited(code))
+        }
+        loss = held.lost() => {
+            let loss = loss.unwrap_or(Loss::SessionClosed);
+            warn!(%loss, "lost while the command runs: stopping it");
+            printer.event(&Record::new("lost").with("reason", loss.to_string()));
+            let status = stop(&mut child, Signal::SIGTERM, grace, printer).await;
+            exited(status, program, printer);
+            Ok(Ended::Lost(loss))
+        }
+        number = signals.next() => {
+            let signal = Signal::try_from(number).unwrap_or(Signal::SIGTERM);
+            info!(%signal, "passing the signal on to the command");
+            let status = stop(&mut child, signal, grace, printer).await;
+            Ok(Ended::Exited(exited(status, program, printer)))
+        }
+    }
+}
+
+/// Sends `signal`, waits `grace`, then SIGKILL; the command's status.
+async fn stop(
+    child: &mut Child,
+    signal: Signal,
+    grace: Duration,
+    printer: Printer,
+) -> std::io::Result<ExitStatus> {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        let _ = kill(Pid::from_raw(pid), signal);
+        printer.event(&Record::new("signalled").with("signal", signal.as_str()));
+    }
+    match tokio::time::timeout(grace, child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            warn!(?grace, "the command outlived its grace: SIGKILL");
+            printer.event(&Record::new("signalled").with("signal", "SIGKILL"));
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    }
+}
+
+fn exited(status: std::io::Result<ExitStatus>, program: &str, printer: Printer) -> u8 {
+    match status {
+        Ok(status) => {
+            let code = status_code(status);
+            printer.event(
+                &Record::new("exited")
+                    .with("command", program)
+                    .with("status", code),
+            );
+            code
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot wait for the command");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_the_code_or_128_plus_the_signal() {
+        assert_eq!(status_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(status_code(ExitStatus::from_raw(3 << 8)), 3);
+        // Killed by SIGKILL (9) / SIGTERM (15).
+        assert_eq!(status_code(ExitStatus::from_raw(9)), 137);
+        assert_eq!(status_code(ExitStatus::from_raw(15)), 143);
+    }
+}
