@@ -116,6 +116,12 @@ impl Liveness {
         self.engine.lease()
     }
 
+    /// While `Registered`: the instant until which the lease provably
+    /// lives (see [`LeaseEngine::expires_at`]).
+    pub fn expires_at(&self) -> Option<Instant> {
+        self.engine.expires_at()
+    }
+
     /// The user-visible state.
     pub fn state(&self) -> LivenessState {
         self.engine.state()

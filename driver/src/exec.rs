@@ -23,7 +23,11 @@ impl Tasks {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        self.0.insert(op, tokio::spawn(task));
+        let span = tracing::debug_span!("op", op = op.0);
+        self.0.insert(
+            op,
+            tokio::spawn(tracing::Instrument::instrument(task, span)),
+        );
     }
 
     /// `op` finished by itself: forget it.
@@ -100,6 +104,9 @@ pub(crate) struct Executor<A: EtcdApi> {
     requests: Tasks,
     streams: Tasks,
     keep_alives: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
+    /// The oldest unanswered keep-alive send per stream (for the round
+    /// trip metric).
+    unanswered: BTreeMap<OpId, tokio::time::Instant>,
     watches: BTreeMap<OpId, mpsc::UnboundedSender<Control>>,
 }
 
@@ -116,6 +123,7 @@ impl<A: EtcdApi> Executor<A> {
             requests: Tasks::default(),
             streams: Tasks::default(),
             keep_alives: BTreeMap::new(),
+            unanswered: BTreeMap::new(),
             watches: BTreeMap::new(),
         }
     }
@@ -131,12 +139,18 @@ impl<A: EtcdApi> Executor<A> {
             Completion::KeepAliveClosed { stream, .. } => {
                 self.streams.finished(*stream);
                 self.keep_alives.remove(stream);
+                self.unanswered.remove(stream);
             }
             Completion::WatchClosed { stream, .. } => {
                 self.streams.finished(*stream);
                 self.watches.remove(stream);
             }
-            Completion::KeepAliveReply { .. } | Completion::WatchMessage { .. } => {}
+            Completion::KeepAliveReply { stream, .. } => {
+                if let Some(sent) = self.unanswered.remove(stream) {
+                    crate::telemetry::keepalive_rtt(sent.elapsed());
+                }
+            }
+            Completion::WatchMessage { .. } => {}
         }
     }
 
@@ -145,6 +159,7 @@ impl<A: EtcdApi> Executor<A> {
         self.requests.abort_all();
         self.streams.abort_all();
         self.keep_alives.clear();
+        self.unanswered.clear();
         self.watches.clear();
     }
 
@@ -188,11 +203,15 @@ impl<A: EtcdApi> Executor<A> {
             Command::SendKeepAlive { stream, .. } => {
                 if let Some(sends) = self.keep_alives.get(&stream) {
                     let _ = sends.send(());
+                    self.unanswered
+                        .entry(stream)
+                        .or_insert_with(tokio::time::Instant::now);
                 }
             }
             Command::CloseKeepAlive { stream } => {
                 self.streams.abort(stream);
                 self.keep_alives.remove(&stream);
+                self.unanswered.remove(&stream);
             }
             Command::Watch {
                 op,

@@ -73,6 +73,7 @@ mod probe;
 mod runner;
 pub mod session;
 mod status;
+pub mod telemetry;
 #[cfg(not(madsim))]
 mod tls;
 pub mod watcher;

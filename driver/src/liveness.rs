@@ -14,6 +14,7 @@ use coord_core::liveness::{
 use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tracing::Instrument;
 use tracing::{info, warn};
 
 use crate::api::EtcdApi;
@@ -149,11 +150,13 @@ impl HostLiveness {
         let (status_tx, status) = watch::channel(LivenessStatus::Registering);
         let (events, _) = broadcast::channel(64);
         let (ready_tx, ready_rx) = oneshot::channel();
+        let clock = Clock::start();
         let host = LivenessHost {
-            reporter: LeaseReporter::new("liveness", status_tx, ready_tx),
+            reporter: LeaseReporter::new("liveness", clock, status_tx, ready_tx),
             events: events.clone(),
         };
-        tokio::spawn(run(client, machine, host, Clock::start(), requests_rx));
+        let span = tracing::info_span!("liveness", key = %key, lease = tracing::field::Empty);
+        tokio::spawn(run(client, machine, host, clock, requests_rx).instrument(span));
         let handle = HostLiveness {
             key,
             requests,
@@ -263,6 +266,7 @@ impl Host<Liveness> for LivenessHost {
 
     fn drained(&mut self, machine: &Liveness) {
         self.reporter.state(machine.state());
+        self.reporter.expiry(machine.expires_at());
     }
 
     fn orphaned(&mut self, _machine: &Liveness) {

@@ -73,6 +73,7 @@ impl Observe {
             u64,
         ),
     ) -> Observe {
+        let prefix_text = prefix.to_string();
         let config = MirrorConfig {
             request_timeout,
             probe_interval,
@@ -90,8 +91,13 @@ impl Observe {
                     events: events_tx,
                     status: status_tx,
                     clock,
+                    seen: Seen::Nothing,
                 };
-                tokio::spawn(run(client, observer, host, clock, close_rx));
+                let span = tracing::info_span!("observe", name = %prefix_text);
+                tokio::spawn(tracing::Instrument::instrument(
+                    run(client, observer, host, clock, close_rx),
+                    span,
+                ));
             }
             // Settings that passed a session's validation: never.
             Err(e) => {
@@ -129,11 +135,22 @@ impl Observe {
     }
 }
 
+/// What an observer saw of the leadership, for the failover metric.
+enum Seen {
+    /// Nothing reported yet (a first "no leader" is not a failover).
+    Nothing,
+    /// A leader.
+    Leader,
+    /// No leader since then, after a leader.
+    LeaderlessSince(tokio::time::Instant),
+}
+
 /// The observer loop's side of an [`Observe`].
 pub(crate) struct ObserveHost {
     events: mpsc::UnboundedSender<Observed>,
     status: watch::Sender<ViewStatus>,
     clock: Clock,
+    seen: Seen,
 }
 
 impl Host<Observer> for ObserveHost {
@@ -152,6 +169,16 @@ impl Host<Observer> for ObserveHost {
     fn publish(&mut self, _now: Instant, event: Event) {
         match event {
             Event::Leader { leader, revision } => {
+                self.seen = match (&self.seen, leader.is_some()) {
+                    (Seen::LeaderlessSince(since), true) => {
+                        crate::telemetry::failover(since.elapsed());
+                        Seen::Leader
+                    }
+                    (Seen::Leader, false) => Seen::LeaderlessSince(tokio::time::Instant::now()),
+                    (Seen::LeaderlessSince(since), false) => Seen::LeaderlessSince(*since),
+                    (_, true) => Seen::Leader,
+                    (Seen::Nothing, false) => Seen::Nothing,
+                };
                 let _ = self.events.send(Observed { leader, revision });
             }
             Event::Retrying(retry) => {

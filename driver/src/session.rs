@@ -18,6 +18,7 @@ use coord_core::lease::LeaseState;
 use coord_core::session::{Event, Input, Session as Machine, SessionConfig};
 use coord_core::{BackoffConfig, FencingToken, Instant, Key, LeaseId, StartPolicy};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 use tracing::{debug, warn};
 
 use crate::api::EtcdApi;
@@ -174,7 +175,7 @@ impl Session {
         let (counters_tx, counters) = watch::channel(Counters::default());
         let (ready_tx, ready_rx) = oneshot::channel();
         let host = SessionHost {
-            reporter: LeaseReporter::new("session", status_tx, ready_tx),
+            reporter: LeaseReporter::new("session", clock, status_tx, ready_tx),
             deadline: deadline_tx,
             counters: counters_tx,
             heals: 0,
@@ -182,7 +183,8 @@ impl Session {
             next_request: 0,
         };
         let backend: Arc<dyn Backend> = Arc::new(Shared(client.clone()));
-        tokio::spawn(run(client, machine, host, clock, requests_rx));
+        let span = tracing::info_span!("session", lease = tracing::field::Empty);
+        tokio::spawn(run(client, machine, host, clock, requests_rx).instrument(span));
         let session = Session {
             inner: Arc::new(Inner {
                 requests,
@@ -304,6 +306,8 @@ impl Session {
 
 /// A campaign as the loop tracks it: its phase, and answers owed.
 struct Campaign {
+    /// When the campaign began (for the wait metric).
+    started: tokio::time::Instant,
     phase: watch::Sender<Phase>,
     answers: BTreeMap<u64, oneshot::Sender<Answer>>,
 }
@@ -347,6 +351,7 @@ impl Host<Machine> for SessionHost {
                         self.campaigns.insert(
                             id,
                             Campaign {
+                                started: tokio::time::Instant::now(),
                                 phase,
                                 answers: BTreeMap::new(),
                             },
@@ -399,6 +404,7 @@ impl Host<Machine> for SessionHost {
 
     fn drained(&mut self, machine: &Machine) {
         self.reporter.state(machine.state());
+        self.reporter.expiry(machine.expires_at());
         let deadline = Deadline {
             lease: machine.lease(),
             expires_at: machine.expires_at(),
@@ -449,9 +455,14 @@ impl SessionHost {
             return;
         };
         let phase = match event {
-            ElectionEvent::Elected { key, lease, token } => Phase::Leading { key, lease, token },
+            ElectionEvent::Elected { key, lease, token } => {
+                crate::telemetry::election_won(c.started.elapsed());
+                debug!(election = id.0, %key, token = token.0, "elected");
+                Phase::Leading { key, lease, token }
+            }
             ElectionEvent::NotElected { leader } => Phase::NotElected { leader },
             ElectionEvent::Lost { reason } => {
+                crate::telemetry::election_lost(&reason);
                 debug!(election = id.0, %reason, "campaign or leadership lost");
                 Phase::Lost(reason)
             }

@@ -56,6 +56,7 @@ pub(crate) type Ready = oneshot::Sender<Result<LeaseId, Error>>;
 /// Publishes a lease's status and answers the constructor once.
 pub(crate) struct LeaseReporter {
     what: &'static str,
+    clock: Clock,
     status: watch::Sender<LeaseStatus>,
     ready: Option<Ready>,
     first_failure: Option<Error>,
@@ -64,11 +65,13 @@ pub(crate) struct LeaseReporter {
 impl LeaseReporter {
     pub(crate) fn new(
         what: &'static str,
+        clock: Clock,
         status: watch::Sender<LeaseStatus>,
         ready: Ready,
     ) -> Self {
         LeaseReporter {
             what,
+            clock,
             status,
             ready: Some(ready),
             first_failure: None,
@@ -79,8 +82,15 @@ impl LeaseReporter {
     pub(crate) fn event(&mut self, event: &Event) {
         let what = self.what;
         match event {
-            Event::Registered { lease, ttl } => info!(what, %lease, ?ttl, "lease registered"),
-            Event::Lost { lease, reason } => warn!(what, %lease, %reason, "lease lost"),
+            Event::Registered { lease, ttl } => {
+                crate::telemetry::lease_registered(what);
+                tracing::Span::current().record("lease", tracing::field::display(lease));
+                info!(what, %lease, ?ttl, "lease registered")
+            }
+            Event::Lost { lease, reason } => {
+                crate::telemetry::lease_lost(what, reason);
+                warn!(what, %lease, %reason, "lease lost")
+            }
             Event::KeepAliveInterrupted { lease, failure } => {
                 info!(what, %lease, %failure, "keep-alive stream interrupted; reopening")
             }
@@ -88,6 +98,8 @@ impl LeaseReporter {
                 debug!(what, attempt = retry.attempt, failure = ?retry.failure, "healing")
             }
             Event::Reregistered { lease, resumed } => {
+                crate::telemetry::lease_healed(what, *resumed);
+                tracing::Span::current().record("lease", tracing::field::display(lease));
                 info!(what, %lease, resumed, "lease registered again")
             }
             Event::StartFailed { reason } => {
@@ -102,6 +114,17 @@ impl LeaseReporter {
                 }
             }
         }
+    }
+
+    /// Reports how long the lease provably lives (`None`: not held).
+    pub(crate) fn expiry(&self, expires_at: Option<coord_core::Instant>) {
+        let now = self.clock.now();
+        crate::telemetry::lease_remaining(
+            self.what,
+            expires_at.map(|at| {
+                std::time::Duration::from_millis(at.as_millis().saturating_sub(now.as_millis()))
+            }),
+        );
     }
 
     /// Publishes the machine's state; answers the constructor once the

@@ -232,7 +232,11 @@ where
             status: status_tx,
             clock,
         };
-        tokio::spawn(run(client, machine, host, clock, close_rx));
+        let span = tracing::info_span!("watcher", prefix = %opts.prefix);
+        tokio::spawn(tracing::Instrument::instrument(
+            run(client, machine, host, clock, close_rx),
+            span,
+        ));
         let handle = HostWatcher {
             events,
             view,
@@ -411,6 +415,18 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
             }
             Event::Closed => return,
         };
+        let (kind, revision) = match &out {
+            HostEvent::Up { revision, .. } => ("up", Some(revision.0)),
+            HostEvent::Updated { revision, .. } => ("updated", Some(revision.0)),
+            HostEvent::Down { revision, .. } => ("down", Some(revision.0)),
+            HostEvent::Synced { revision } => ("synced", Some(revision.0)),
+            HostEvent::Resynced { reason, revision } => {
+                crate::telemetry::watcher_resynced(reason);
+                ("resynced", Some(revision.0))
+            }
+            HostEvent::Retrying { .. } => ("retrying", None),
+        };
+        crate::telemetry::watcher_event(kind, revision);
         self.outbox.push_back(out);
     }
 

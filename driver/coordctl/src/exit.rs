@@ -34,6 +34,9 @@ pub enum Failure {
         /// Why.
         error: std::io::Error,
     },
+    /// Serving metrics failed (the address is taken, say).
+    #[error("cannot serve metrics: {0}")]
+    Metrics(String),
     /// Leadership or the lock was lost (the command, if any, was stopped).
     #[error("lost: {0}")]
     Lost(coord::Loss),
@@ -43,7 +46,7 @@ impl Failure {
     /// The exit status of this failure.
     pub fn code(&self) -> u8 {
         match self {
-            Failure::Usage(_) => USAGE,
+            Failure::Usage(_) | Failure::Metrics(_) => USAGE,
             Failure::Spawn { error, .. } if error.kind() == std::io::ErrorKind::NotFound => {
                 NOT_FOUND
             }

@@ -71,8 +71,25 @@ fn logs(verbose: u8) {
         .init();
 }
 
+/// Serves coord's metrics in Prometheus' text format at `addr` until the
+/// process ends. Keep-alive round trips and waits get buckets from 1 ms to
+/// 60 s.
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), Failure> {
+    const BUCKETS: [f64; 14] = [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0, 60.0,
+    ];
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(&BUCKETS)
+        .and_then(|b| b.install())
+        .map_err(|e| Failure::Metrics(format!("{addr}: {e}")))
+}
+
 async fn run(cli: Cli) -> Result<u8, Failure> {
     let mut signals = Signals::catch()?;
+    if let Some(addr) = cli.global.metrics_addr {
+        serve_metrics(addr)?;
+    }
     let printer = Printer::new(cli.global.output);
     let global = &cli.global;
     match &cli.command {

@@ -627,3 +627,125 @@ async fn auth_takes_the_right_password_from_flags_or_environment() {
     .await;
     assert_eq!(code, 0, "{out}\n{err}");
 }
+
+/// `GET /metrics` over plain HTTP/1.0; the body, once it holds every
+/// `wanted` line prefix (or a panic after the deadline).
+async fn scrape(port: u16, wanted: &[&str]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let start = Instant::now();
+    loop {
+        let body = async {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()?;
+            s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                .await
+                .ok()?;
+            let mut text = String::new();
+            s.read_to_string(&mut text).await.ok()?;
+            let (head, body) = text.split_once("\r\n\r\n")?;
+            head.starts_with("HTTP/1.").then(|| body.to_string())
+        }
+        .await;
+        if let Some(body) = body {
+            if wanted
+                .iter()
+                .all(|w| body.lines().any(|l| l.starts_with(w)))
+            {
+                return body;
+            }
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "no metrics {wanted:?} within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every sample line of Prometheus' text format: `name{labels} value`.
+fn samples(body: &str) -> Vec<(String, f64)> {
+    body.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').expect("a sample line");
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("a number: {l}"));
+            (series.to_string(), value)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_are_served_in_prometheus_text_format() {
+    let etcd = EtcdCluster::single().await;
+    let eps = etcd.endpoints();
+    let ports = coord_tests::etcd::free_ports(2);
+    let mut host = Peer::spawn({
+        let mut c = coordctl(&eps);
+        c.args(["--metrics-addr", &format!("127.0.0.1:{}", ports[0])])
+            .args([
+                "-w",
+                "json",
+                "register",
+                "--id",
+                "metered-host",
+                "--ttl",
+                "2",
+            ]);
+        c
+    });
+    next_event(&mut host, "registered").await;
+    let body = scrape(
+        ports[0],
+        &[
+            "coord_lease_registrations_total{handle=\"liveness\"} 1",
+            "coord_keepalive_rtt_seconds_count",
+            "coord_lease_remaining_seconds{handle=\"liveness\"}",
+        ],
+    )
+    .await;
+    let remaining = samples(&body)
+        .into_iter()
+        .find(|(s, _)| s.starts_with("coord_lease_remaining_seconds"))
+        .unwrap()
+        .1;
+    assert!(remaining > 0.0 && remaining <= 2.0, "{remaining}");
+    assert!(
+        !body.contains("metered-host"),
+        "no host id in any label: {body}"
+    );
+    host.signal(Signal::SIGTERM);
+    assert_eq!(host.wait(DEADLINE).await.code(), Some(0));
+
+    let mut leader = Peer::spawn({
+        let mut c = coordctl(&eps);
+        c.args(["--metrics-addr", &format!("127.0.0.1:{}", ports[1])])
+            .args(["-w", "json", "campaign", "metered", "v"]);
+        c
+    });
+    next_event(&mut leader, "elected").await;
+    let body = scrape(
+        ports[1],
+        &[
+            "coord_elections_won_total 1",
+            "coord_campaign_wait_seconds_count 1",
+            "coord_lease_registrations_total{handle=\"session\"} 1",
+        ],
+    )
+    .await;
+    assert!(samples(&body).iter().all(|(_, v)| v.is_finite()));
+    leader.signal(Signal::SIGINT);
+    assert_eq!(leader.wait(DEADLINE).await.code(), Some(0));
+
+    // A taken address is bad input: exit 1 before anything is written.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = _taken.local_addr().unwrap().port();
+    let (code, _, err) = run({
+        let mut c = coordctl(&eps);
+        c.args(["--metrics-addr", &format!("127.0.0.1:{port}"), "hosts"]);
+        c
+    })
+    .await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("metrics"), "{err}");
+}
