@@ -65,16 +65,40 @@ pub async fn campaign(
             return Err(e.into());
         }
     };
-    printer.event(&held_record("elected", &args.name, &leadership));
-    let result = lead(&leadership, &args.hold, &args.command, signals, printer).await;
-    release(leadership, printer).await;
+    let result = hold_then_release(
+        "elected",
+        &args.name,
+        leadership,
+        &args.hold,
+        &args.command,
+        signals,
+        printer,
+    )
+    .await;
     let _ = election.close().await;
+    result
+}
+
+/// Prints `event` about `held`, holds it (see [`lead`]), then releases it
+/// if it is still held: what `campaign` and `lock` do once they hold.
+pub async fn hold_then_release(
+    event: &'static str,
+    name: &str,
+    held: Leadership,
+    hold: &Hold,
+    command: &[String],
+    signals: &mut Signals,
+    printer: Printer,
+) -> Result<u8, Failure> {
+    printer.event(&held_record(event, name, &held));
+    let result = lead(&held, hold, command, signals, printer).await;
+    release(held, printer).await;
     result
 }
 
 /// Holds `held` until a signal, a loss or (with `command`) the command's
 /// end. Shared by `campaign` and `lock`.
-pub async fn lead(
+async fn lead(
     held: &Leadership,
     hold: &Hold,
     command: &[String],
@@ -98,7 +122,7 @@ pub async fn lead(
 }
 
 /// Resigns (or unlocks) if still held, and says so.
-pub async fn release(held: Leadership, printer: Printer) {
+async fn release(held: Leadership, printer: Printer) {
     if held.probe().has_ended() {
         return;
     }
@@ -107,7 +131,7 @@ pub async fn release(held: Leadership, printer: Printer) {
 }
 
 /// What a holder prints about its hold.
-pub fn held_record(event: &'static str, name: &str, held: &Leadership) -> Record {
+fn held_record(event: &'static str, name: &str, held: &Leadership) -> Record {
     Record::new(event)
         .with("name", name)
         .with("key", held.key())

@@ -4,7 +4,7 @@
 use coord::{Error, Mutex};
 
 use crate::cli::{Global, Lock};
-use crate::elect::{held_record, lead, release, session_options};
+use crate::elect::{hold_then_release, session_options};
 use crate::exit::Failure;
 use crate::output::{Printer, Record};
 use crate::setup::{self, Signals};
@@ -52,9 +52,16 @@ pub async fn run(
             return Err(e.into());
         }
     };
-    printer.event(&held_record("locked", &args.name, &guard));
-    let result = lead(&guard, &args.hold, &args.command, signals, printer).await;
-    release(guard, printer).await;
+    let result = hold_then_release(
+        "locked",
+        &args.name,
+        guard,
+        &args.hold,
+        &args.command,
+        signals,
+        printer,
+    )
+    .await;
     let _ = mutex.close().await;
     result
 }

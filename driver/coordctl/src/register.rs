@@ -40,10 +40,10 @@ pub async fn run(
         ..LivenessOptions::default()
     };
     let client = setup::connect(global).await?;
-    let host = tokio::select! {
-        host = HostLiveness::register(client, meta, options) => host?,
-        _ = signals.next() => return Ok(()),
-    };
+    // Not raced against the signals: a registration dropped half-way
+    // would leave its lease to expire. It is bounded by the request
+    // timeout; a signal that came meanwhile stops the host at once below.
+    let host = HostLiveness::register(client, meta, options).await?;
     let mut events = host.subscribe();
     printer.event(
         &Record::new("registered")

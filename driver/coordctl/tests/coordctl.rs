@@ -25,6 +25,13 @@ fn coordctl(endpoints: &[String]) -> Command {
     c
 }
 
+/// `coordctl --endpoints ... ARGS...`.
+fn ctl(endpoints: &[String], args: &[&str]) -> Command {
+    let mut c = coordctl(endpoints);
+    c.args(args);
+    c
+}
+
 fn etcdctl(endpoints: &[String]) -> Command {
     let mut c = Command::new("etcdctl");
     c.env_clear()
@@ -142,9 +149,9 @@ async fn hosts_lists_undecodable_metadata_and_watches_ups_and_downs() {
     })
     .await;
     assert_eq!(code, 0, "{err}");
-    let mut h1 = Peer::spawn({
-        let mut c = coordctl(&eps);
-        c.args([
+    let mut h1 = Peer::spawn(ctl(
+        &eps,
+        &[
             "-w",
             "json",
             "register",
@@ -152,17 +159,11 @@ async fn hosts_lists_undecodable_metadata_and_watches_ups_and_downs() {
             "h1",
             "--hostname",
             "node-1",
-        ]);
-        c
-    });
+        ],
+    ));
     next_event(&mut h1, "registered").await;
 
-    let (code, out, err) = run({
-        let mut c = coordctl(&eps);
-        c.args(["hosts", "--output", "json"]);
-        c
-    })
-    .await;
+    let (code, out, err) = run(ctl(&eps, &["hosts", "--output", "json"])).await;
     assert_eq!(code, 0, "{err}");
     let rows = json_lines(&out);
     assert_eq!(rows.len(), 2, "{out}");
@@ -197,16 +198,12 @@ async fn hosts_lists_undecodable_metadata_and_watches_ups_and_downs() {
         "{table}"
     );
 
-    let mut watch = Peer::spawn({
-        let mut c = coordctl(&eps);
-        c.args(["-w", "json", "hosts", "--watch"]);
-        c
-    });
+    let mut watch = Peer::spawn(ctl(&eps, &["-w", "json", "hosts", "--watch"]));
     next_event(&mut watch, "host").await;
     next_event(&mut watch, "host").await;
-    let mut h2 = Peer::spawn({
-        let mut c = coordctl(&eps);
-        c.args([
+    let mut h2 = Peer::spawn(ctl(
+        &eps,
+        &[
             "-w",
             "json",
             "register",
@@ -214,9 +211,8 @@ async fn hosts_lists_undecodable_metadata_and_watches_ups_and_downs() {
             "h2",
             "--hostname",
             "node-2",
-        ]);
-        c
-    });
+        ],
+    ));
     let up = next_event(&mut watch, "up").await;
     assert_eq!(up["id"], "h2");
     assert_eq!(up["hostname"], "node-2");
@@ -268,9 +264,7 @@ async fn lock_excludes_etcdctl_lock_over_50_handoffs_with_increasing_fences() {
         workers.push(tokio::spawn(async move {
             for _ in 0..rounds {
                 let mut c = if worker % 2 == 0 {
-                    let mut c = coordctl(&eps);
-                    c.args(["lock", "jobs", "--ttl", "10", "--"]);
-                    c
+                    ctl(&eps, &["lock", "jobs", "--ttl", "10", "--"])
                 } else {
                     let mut c = etcdctl(&eps);
                     c.args(["lock", "jobs"]);
@@ -306,19 +300,13 @@ async fn try_lock_on_a_held_lock_exits_3_and_leaves_nothing() {
     let mut holder = Peer::lock(&eps, "jobs", 30);
     holder.line(DEADLINE).await;
     let before = keys(&eps).await;
-    let (code, _, err) = run({
-        let mut c = coordctl(&eps);
-        c.args(["lock", "jobs", "--try", "--", "true"]);
-        c
-    })
-    .await;
+    let (code, _, err) = run(ctl(&eps, &["lock", "jobs", "--try", "--", "true"])).await;
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("held"), "{err}");
-    let (code, _, err) = run({
-        let mut c = coordctl(&eps);
-        c.args(["lock", "jobs", "--timeout", "300ms", "--", "true"]);
-        c
-    })
+    let (code, _, err) = run(ctl(
+        &eps,
+        &["lock", "jobs", "--timeout", "300ms", "--", "true"],
+    ))
     .await;
     assert_eq!(code, 3, "{err}");
     assert_eq!(keys(&eps).await, before, "the waiters withdrew");
@@ -401,29 +389,16 @@ async fn a_command_past_its_grace_is_killed() {
 async fn campaign_leader_and_observe_share_an_election_with_etcdctl_elect() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
-    let mut ours = Peer::spawn({
-        let mut c = coordctl(&eps);
-        c.args(["-w", "json", "campaign", "sched", "coord-1"]);
-        c
-    });
+    let mut ours = Peer::spawn(ctl(&eps, &["-w", "json", "campaign", "sched", "coord-1"]));
     let elected = next_event(&mut ours, "elected").await;
-    let (code, out, err) = run({
-        let mut c = coordctl(&eps);
-        c.args(["-w", "json", "leader", "sched"]);
-        c
-    })
-    .await;
+    let (code, out, err) = run(ctl(&eps, &["-w", "json", "leader", "sched"])).await;
     assert_eq!(code, 0, "{err}");
     let leader = &json_lines(&out)[0];
     assert_eq!(leader["value"], "coord-1");
     assert_eq!(leader["key"], elected["key"]);
     assert_eq!(leader["fence"], elected["fence"]);
 
-    let mut observer = Peer::spawn({
-        let mut c = coordctl(&eps);
-        c.args(["-w", "json", "observe", "sched"]);
-        c
-    });
+    let mut observer = Peer::spawn(ctl(&eps, &["-w", "json", "observe", "sched"]));
     assert_eq!(
         next_event(&mut observer, "leader").await["value"],
         "coord-1"
@@ -480,12 +455,7 @@ async fn bad_input_exits_1_and_writes_nothing() {
         vec!["no-such-subcommand"],
     ];
     for args in cases {
-        let (code, out, err) = run({
-            let mut c = coordctl(&eps);
-            c.args(&args);
-            c
-        })
-        .await;
+        let (code, out, err) = run(ctl(&eps, &args)).await;
         assert_eq!(code, 1, "{args:?}: stdout {out:?} stderr {err:?}");
         assert!(!err.trim().is_empty(), "{args:?}: says why");
     }
@@ -598,12 +568,7 @@ async fn auth_takes_the_right_password_from_flags_or_environment() {
             "{args:?}: {out} {err}"
         );
     }
-    let (code, _, err) = run({
-        let mut c = coordctl(&eps);
-        c.args(["--user", "root:wrong", "hosts"]);
-        c
-    })
-    .await;
+    let (code, _, err) = run(ctl(&eps, &["--user", "root:wrong", "hosts"])).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("credentials"), "{err}");
     assert!(
@@ -740,11 +705,10 @@ async fn metrics_are_served_in_prometheus_text_format() {
     // A taken address is bad input: exit 1 before anything is written.
     let _taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = _taken.local_addr().unwrap().port();
-    let (code, _, err) = run({
-        let mut c = coordctl(&eps);
-        c.args(["--metrics-addr", &format!("127.0.0.1:{port}"), "hosts"]);
-        c
-    })
+    let (code, _, err) = run(ctl(
+        &eps,
+        &["--metrics-addr", &format!("127.0.0.1:{port}"), "hosts"],
+    ))
     .await;
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("metrics"), "{err}");
