@@ -73,7 +73,7 @@ fn spawn_reader<F>(reader: F) -> AbortOnDrop
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    AbortOnDrop(tokio::spawn(reader))
+    AbortOnDrop(tokio::spawn(tracing::Instrument::in_current_span(reader)))
 }
 
 /// Sleeps until `deadline`, or forever if there is none.

@@ -75,11 +75,16 @@ impl ProbeHub {
         }
         let demand = self.0.demand.subscribe();
         let silences = self.0.silences.subscribe();
-        tokio::spawn(run(
-            api.for_probe(),
-            Arc::downgrade(&self.0),
-            self.0.config.clone(),
-            (demand, silences),
+        // Shared by every handle of the client: a root span of its own.
+        let span = tracing::info_span!(parent: None, "probe");
+        tokio::spawn(tracing::Instrument::instrument(
+            run(
+                api.for_probe(),
+                Arc::downgrade(&self.0),
+                self.0.config.clone(),
+                (demand, silences),
+            ),
+            span,
         ));
     }
 
