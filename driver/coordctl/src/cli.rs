@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// cannot be run or is not found; otherwise the command's own status, or
 /// 128+N when a signal N ended it.
 #[derive(Debug, Parser)]
-#[command(name = "coordctl", version, about, long_about = None)]
+#[command(name = "coordctl", version)]
 pub struct Cli {
     /// Flags every subcommand takes.
     #[command(flatten)]
@@ -75,7 +75,7 @@ pub struct Global {
     /// User for etcd's authentication, `name` or `name:password`. Without
     /// a password (and without `--password`) it is prompted for on the
     /// terminal, never echoed.
-    #[arg(long, global = true, env = "ETCDCTL_USER")]
+    #[arg(long, global = true, env = "ETCDCTL_USER", hide_env_values = true)]
     pub user: Option<String>,
     /// Password of `--user` (prefer the prompt or `ETCDCTL_PASSWORD`: a
     /// flag shows in the process list).
@@ -259,6 +259,16 @@ mod tests {
             matches!(&cli, Ok(Cli { command: Command::Campaign(c), .. }) if c.command == ["sleep", "9"]),
             "{cli:?}"
         );
+    }
+
+    #[test]
+    fn help_never_shows_a_password_from_the_environment() {
+        use clap::CommandFactory;
+        std::env::set_var("ETCDCTL_USER", "root:hunter2");
+        std::env::set_var("ETCDCTL_PASSWORD", "hunter3");
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("ETCDCTL_USER"), "{help}");
+        assert!(!help.contains("hunter"), "{help}");
     }
 
     #[test]
