@@ -145,7 +145,8 @@ impl<A: EtcdApi> Executor<A> {
                 self.streams.finished(*stream);
                 self.watches.remove(stream);
             }
-            Completion::KeepAliveReply { stream, .. } => {
+            Completion::KeepAliveReply { stream, ttl_secs } => {
+                tracing::trace!(stream = stream.0, ttl_secs, "keep-alive reply");
                 if let Some(sent) = self.unanswered.remove(stream) {
                     crate::telemetry::keepalive_rtt(sent.elapsed());
                 }
@@ -202,6 +203,7 @@ impl<A: EtcdApi> Executor<A> {
             }
             Command::SendKeepAlive { stream, .. } => {
                 if let Some(sends) = self.keep_alives.get(&stream) {
+                    tracing::trace!(stream = stream.0, "keep-alive sent");
                     let _ = sends.send(());
                     self.unanswered
                         .entry(stream)

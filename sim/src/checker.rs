@@ -968,11 +968,12 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
     }
     own.extend(open.iter().map(|(h, s, k)| (*h, *s, u64::MAX, *k)));
     // Each subject's own partitions that lost etcd's messages to it, as
-    // (subject, end): a keep-alive stream they stalled stays stalled after.
-    let muted: Vec<(usize, u64)> = own
+    // (subject, start, end): a keep-alive stream they stalled stays
+    // stalled after.
+    let muted: Vec<(usize, u64, u64)> = own
         .iter()
         .filter(|(h, s, _, k)| *k == HealPath::Partition && muting.contains(&(*h, *s)))
-        .map(|(h, _, e, _)| (*h, *e))
+        .map(|(h, s, e, _)| (*h, *s, *e))
         .collect();
     // Each etcd-wide outage with the path a subject whose own partition or
     // pause hid it heals along.
@@ -1085,10 +1086,20 @@ fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) {
         // this clear may have stalled its keep-alive stream: what etcd did
         // since (a close, a TTL-0 reply) waits behind the lost message
         // until the stream counts as unanswered.
+        // One that ends at this very clear stalled it too when etcd acted
+        // while it lasted (an outage that closed the stream, a revoke up
+        // to a keep-alive interval before it): the close or the TTL-0
+        // reply was lost with the rest.
+        let acted_during = |s: u64, e: u64| {
+            hidden.iter().any(|(hs, he, _)| *hs < e && *he > s)
+                || healers.revokes.iter().any(|(t, h)| {
+                    *h == subject && s.saturating_sub(nominal.refresh_ms(ttl)) <= *t && *t <= e
+                })
+        };
         bound = muted
             .iter()
-            .filter(|(h, e)| *h == subject && *e < at)
-            .map(|(_, e)| {
+            .filter(|(h, s, e)| *h == subject && (*e < at || (*e == at && acted_during(*s, *e))))
+            .map(|(_, _, e)| {
                 e.saturating_add(nominal.stalled_heal_ms(ttl))
                     .saturating_sub(at)
             })

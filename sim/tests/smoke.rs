@@ -671,6 +671,20 @@ fn heals_after_a_stream_stalled_by_a_partition_stay_within_their_bounds() {
     assert_passes_timing(7296117, Healed::Host, "etcd wiped");
 }
 
+/// Seed 7539605 (the 50,000-seed campaign of 2026-11-30 on 6b327f2): etcd
+/// was wiped during a host's 3.1 s partition and came back before the
+/// partition ended, so the partition's end was the host's clear. The
+/// stream the partition had stalled never told the host of the wipe; its
+/// keep-alive sent in the partition counted as unanswered a request
+/// timeout later, and the host registered again 4,435 ms after the
+/// partition, over the wipe's 4,166 ms bound. The stalled-stream bound
+/// had counted only partitions that ended before the clear; one that ends
+/// at the clear counts too when etcd acted while it lasted.
+#[test]
+fn a_wipe_inside_a_partition_heals_along_the_stalled_stream() {
+    assert_passes_timing(7539605, Healed::Host, "partition");
+}
+
 /// Seed 7318284 (the 50,000-seed campaign after the stalled-stream
 /// bound): a host's lease was revoked from outside 171 ms before a
 /// partition of it began; the keep-alive that would have learnt it went
