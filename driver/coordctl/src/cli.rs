@@ -175,8 +175,8 @@ pub struct Named {
 #[derive(Debug, Args)]
 pub struct Hold {
     /// Lease TTL in seconds (1 to 86,400): a holder whose process dies is
-    /// replaced about this long later.
-    #[arg(long, default_value_t = 60)]
+    /// replaced about this long later. Default 10, as `etcdctl lock`.
+    #[arg(long, default_value_t = 10)]
     pub ttl: u64,
     /// After a loss, how long the command has between SIGTERM and SIGKILL
     /// (for example `10s`).
