@@ -47,7 +47,7 @@ struct Shared {
     /// The member handles use now: its index and client.
     current: RwLock<(usize, etcd_client::Client)>,
     /// How to dial a member (`None`: a client wrapped by [`Client::new`]).
-    dial: Option<(Vec<String>, etcd_client::ConnectOptions)>,
+    dial: Option<(Vec<String>, crate::dial::Dialer)>,
     moved_at: Mutex<Option<tokio::time::Instant>>,
     /// Whether it dials etcd over TLS (etcd may refuse a client's
     /// certificate, or its lack of one, only after the handshake, by
@@ -73,7 +73,7 @@ impl Client {
     pub(crate) fn build(
         first: etcd_client::Client,
         current: (usize, etcd_client::Client),
-        dial: Option<(Vec<String>, etcd_client::ConnectOptions)>,
+        dial: Option<(Vec<String>, crate::dial::Dialer)>,
         tls: bool,
     ) -> Self {
         Client {
@@ -182,7 +182,7 @@ impl EtcdApi for Client {
     }
 
     async fn silent(&self) {
-        let Some((endpoints, options)) = &self.shared.dial else {
+        let Some((endpoints, dialer)) = &self.shared.dial else {
             return;
         };
         {
@@ -200,7 +200,7 @@ impl EtcdApi for Client {
         let Some(endpoint) = endpoints.get(next) else {
             return;
         };
-        match etcd_client::Client::connect([endpoint], Some(options.clone())).await {
+        match dialer.dial(std::slice::from_ref(endpoint)).await {
             Ok(fresh) => {
                 debug!(%endpoint, "etcd went silent: moving to the next member");
                 match self.shared.current.write() {

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::dial::Dialer;
 use crate::error::Error;
 use crate::tls::TlsOptions;
 
@@ -101,22 +102,22 @@ pub async fn connect<E: AsRef<str>>(
         opts = opts.with_tls(tls.to_etcd());
     }
     let dial: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_string()).collect();
-    let first = etcd_client::Client::connect(endpoints, Some(opts.clone()))
-        .await
-        .map_err(connect_error)?;
+    let dialer = Dialer::new(opts, options.connect_timeout, options.tls.as_ref())?;
+    let first = dialer.dial(&dial).await.map_err(connect_error)?;
     // Clients of one process start on different members.
     let start =
         usize::try_from(NEXT_START.fetch_add(1, Ordering::Relaxed) + u64::from(std::process::id()))
             .unwrap_or(0)
             % dial.len();
-    let member = etcd_client::Client::connect([&dial[start]], Some(opts.clone()))
+    let member = dialer
+        .dial(&dial[start..=start])
         .await
         .map_err(connect_error)?;
     let tls = options.tls.is_some() || dial.iter().any(|e| e.starts_with("https://"));
     Ok(crate::Client::build(
         first,
         (start, member),
-        Some((dial, opts)),
+        Some((dial, dialer)),
         tls,
     ))
 }

@@ -59,6 +59,8 @@ mod client;
 mod clock;
 #[cfg(not(madsim))]
 mod connect;
+#[cfg(not(madsim))]
+mod dial;
 pub mod election;
 mod error;
 #[cfg(not(madsim))]

@@ -24,6 +24,7 @@ pub struct TlsOptions {
     ca: Option<Vec<u8>>,
     identity: Option<(Vec<u8>, Vec<u8>)>,
     domain: Option<String>,
+    skip_verification: bool,
 }
 
 impl std::fmt::Debug for TlsOptions {
@@ -33,6 +34,7 @@ impl std::fmt::Debug for TlsOptions {
             .field("ca", &self.ca.as_ref().map(|c| c.len()))
             .field("identity", &self.identity.is_some())
             .field("domain", &self.domain)
+            .field("skip_verification", &self.skip_verification)
             .finish()
     }
 }
@@ -74,6 +76,35 @@ impl TlsOptions {
     pub fn with_domain_name(mut self, domain: impl Into<String>) -> Self {
         self.domain = Some(domain.into());
         self
+    }
+
+    /// Accepts any certificate etcd presents, as `etcdctl
+    /// --insecure-skip-tls-verify` does: the connection is encrypted, but
+    /// to whoever answers. For tests and throw-away clusters only. The CA
+    /// is then unused; a client certificate is still presented.
+    pub fn with_insecure_skip_verify(mut self) -> Self {
+        self.skip_verification = true;
+        self
+    }
+
+    /// Whether etcd's certificate goes unverified.
+    pub(crate) fn skips_verification(&self) -> bool {
+        self.skip_verification
+    }
+
+    /// The client certificate chain and key, decoded.
+    pub(crate) fn identity_der(
+        &self,
+    ) -> Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, Error> {
+        let Some((cert, key)) = &self.identity else {
+            return Ok(None);
+        };
+        let chain = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::Tls(format!("the client certificate does not decode: {e}")))?;
+        let key = PrivateKeyDer::from_pem_slice(key)
+            .map_err(|e| Error::Tls(format!("the client key holds no usable private key: {e}")))?;
+        Ok(Some((chain, key)))
     }
 
     /// Reads the CA and the client certificate and key from PEM files, as

@@ -74,6 +74,31 @@ async fn tls_with_client_certificates_registers_and_refuses_what_etcd_does_not_t
         assert!(matches!(checked, Err(Error::Tls(_))), "{what}: {checked:?}");
     }
 
+    // Without verification a wrong CA goes (the client certificate is
+    // still presented), as with `etcdctl --insecure-skip-tls-verify`.
+    let unverified = ConnectOptions {
+        tls: Some(
+            TlsOptions::from_files(
+                Some(&certs.foreign_ca),
+                Some(&certs.client.cert),
+                Some(&certs.client.key),
+            )
+            .unwrap()
+            .with_insecure_skip_verify(),
+        ),
+        ..ConnectOptions::default()
+    };
+    let client = coord::connect(&eps, unverified).await.unwrap();
+    client.check(DEADLINE).await.unwrap();
+    let host = HostLiveness::register(
+        client,
+        HostMetadata::new("unverified-host", "node-2"),
+        LivenessOptions::default(),
+    )
+    .await
+    .unwrap();
+    host.stop().await.unwrap();
+
     // Plain text to a TLS-only etcd: unreachable, not a hang.
     let plain: Vec<String> = eps
         .iter()

@@ -68,8 +68,8 @@ pub struct Global {
     /// Private key (PEM) of `--cert`.
     #[arg(long, global = true, env = "ETCDCTL_KEY")]
     pub key: Option<PathBuf>,
-    /// Accept any server certificate. Not supported: coord's TLS stack
-    /// always verifies; give the CA with `--cacert` instead.
+    /// Accept any certificate etcd presents (TLS without verification, as
+    /// etcdctl's flag): for tests and throw-away clusters only.
     #[arg(long, global = true, env = "ETCDCTL_INSECURE_SKIP_TLS_VERIFY")]
     pub insecure_skip_tls_verify: bool,
     /// User for etcd's authentication, `name` or `name:password`. Without

@@ -30,17 +30,11 @@ pub fn ttl(secs: u64) -> Result<Duration, Failure> {
 /// and the password prompted for here; a problem with either is bad input
 /// (nothing is dialled).
 pub fn connect_options(global: &Global) -> Result<ConnectOptions, Failure> {
-    if global.insecure_skip_tls_verify {
-        return Err(Failure::Usage(
-            "--insecure-skip-tls-verify is not supported: coord always verifies etcd's \
-             certificate; give its CA with --cacert"
-                .into(),
-        ));
-    }
     if global.endpoints.iter().all(|e| e.trim().is_empty()) {
         return Err(Failure::Usage("--endpoints is empty".into()));
     }
-    let wants_tls = global.cacert.is_some()
+    let wants_tls = global.insecure_skip_tls_verify
+        || global.cacert.is_some()
         || global.cert.is_some()
         || global.key.is_some()
         || global.endpoints.iter().any(|e| e.starts_with("https://"));
@@ -51,7 +45,11 @@ pub fn connect_options(global: &Global) -> Result<ConnectOptions, Failure> {
             global.key.as_deref(),
         )
         .map_err(|e| Failure::Usage(e.to_string()))?;
-        Some(tls)
+        Some(if global.insecure_skip_tls_verify {
+            tls.with_insecure_skip_verify()
+        } else {
+            tls
+        })
     } else {
         None
     };

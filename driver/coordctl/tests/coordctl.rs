@@ -450,7 +450,6 @@ async fn bad_input_exits_1_and_writes_nothing() {
         vec!["--cacert", garbage, "hosts"],
         vec!["--cert", garbage, "hosts"],
         vec!["--user", ":pw", "hosts"],
-        vec!["--insecure-skip-tls-verify", "hosts"],
         vec!["--dial-timeout", "soon", "hosts"],
         vec!["no-such-subcommand"],
     ];
@@ -522,6 +521,37 @@ async fn tls_works_with_good_certificates_and_fails_clearly_otherwise() {
     .await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(json_lines(&out).iter().any(|l| l["event"] == "locked"));
+
+    // Without verification any CA (or none) goes; the client certificate
+    // is still presented.
+    for ca in [None, Some(&certs.foreign_ca)] {
+        let mut c = coordctl(&eps);
+        c.args(["--dial-timeout", "3s", "--insecure-skip-tls-verify"])
+            .args(["--cert", path(&certs.client.cert)])
+            .args(["--key", path(&certs.client.key)]);
+        if let Some(ca) = ca {
+            c.args(["--cacert", path(ca)]);
+        }
+        c.args(["-w", "json", "lock", "unverified", "--", "true"]);
+        let (code, out, err) = run(c).await;
+        assert_eq!(code, 0, "{ca:?}: {out}\n{err}");
+    }
+    let (code, _, err) = run({
+        let mut c = coordctl(&eps);
+        c.args([
+            "--dial-timeout",
+            "3s",
+            "--insecure-skip-tls-verify",
+            "hosts",
+        ]);
+        c
+    })
+    .await;
+    assert_eq!(
+        code, 2,
+        "unverified, but still no client certificate: {err}"
+    );
+    assert!(err.contains("TLS"), "{err}");
 
     let refused: [(&str, &Path, Option<&coord_tests::certs::Pair>); 4] = [
         ("a wrong CA", &certs.foreign_ca, Some(&certs.client)),
