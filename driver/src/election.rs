@@ -485,6 +485,17 @@ mod tests {
     }
 
     #[test]
+    fn validate_name_refuses_what_the_constructors_refuse() {
+        assert!(validate_name("team/jobs").is_ok());
+        for bad in ["", "jobs/", "a\u{0}b"] {
+            assert!(
+                matches!(validate_name(bad), Err(Error::InvalidName { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn values_up_to_the_metadata_limit_are_taken() {
         assert!(check_value(&vec![b'x'; MAX_METADATA_LEN]).is_ok());
         assert!(check_value(b"").is_ok());
