@@ -109,6 +109,37 @@ impl Certs {
         }
     }
 
+    /// etcd serving TLS with the server certificate, asking clients for a
+    /// certificate the CA signed; the harness presents the client one.
+    pub fn server_tls(&self) -> crate::etcd::ServerTls {
+        crate::etcd::ServerTls {
+            cert: self.server.cert.clone(),
+            key: self.server.key.clone(),
+            ca: self.ca.clone(),
+            client_cert_auth: true,
+            client: Some((self.client.cert.clone(), self.client.key.clone())),
+        }
+    }
+
+    /// What such an etcd must refuse: (why, the CA the client trusts, the
+    /// client certificate it presents).
+    pub fn refused(&self) -> [(&'static str, &Path, Option<&Pair>); 4] {
+        [
+            ("a wrong CA", &self.foreign_ca, Some(&self.client)),
+            ("no client certificate", &self.ca, None),
+            (
+                "an expired client certificate",
+                &self.ca,
+                Some(&self.expired),
+            ),
+            (
+                "a foreign client certificate",
+                &self.ca,
+                Some(&self.foreign_client),
+            ),
+        ]
+    }
+
     /// The directory holding the files.
     pub fn dir(&self) -> &Path {
         self.dir.path()

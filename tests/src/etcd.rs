@@ -287,6 +287,20 @@ impl EtcdCluster {
         }
     }
 
+    /// Turns etcd's authentication on, with user `root` (role `root`) and
+    /// `password`: from then on every request needs credentials.
+    pub async fn enable_auth(&self, password: &str) {
+        let eps = self.endpoints();
+        for args in [
+            vec!["user", "add", &format!("root:{password}")],
+            vec!["role", "add", "root"],
+            vec!["user", "grant-role", "root", "root"],
+            vec!["auth", "enable"],
+        ] {
+            crate::etcdctl::output(&eps, &args).await;
+        }
+    }
+
     /// An etcd-client client to `endpoint`, with the harness's TLS.
     async fn plain_client(&self, endpoint: &str) -> Option<etcd_client::Client> {
         let options = self.tls.as_ref().map(|tls| {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use coord::{ConnectOptions, Error, HostLiveness, HostMetadata, LivenessOptions, TlsOptions};
 use coord_tests::certs::{Certs, Pair};
-use coord_tests::etcd::{EtcdCluster, ServerTls};
+use coord_tests::etcd::EtcdCluster;
 
 /// Generous on a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -29,14 +29,7 @@ fn options(ca: &std::path::Path, client: Option<&Pair>) -> ConnectOptions {
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_with_client_certificates_registers_and_refuses_what_etcd_does_not_trust() {
     let certs = Certs::generate();
-    let etcd = EtcdCluster::single_tls(ServerTls {
-        cert: certs.server.cert.clone(),
-        key: certs.server.key.clone(),
-        ca: certs.ca.clone(),
-        client_cert_auth: true,
-        client: Some((certs.client.cert.clone(), certs.client.key.clone())),
-    })
-    .await;
+    let etcd = EtcdCluster::single_tls(certs.server_tls()).await;
     let eps = etcd.endpoints();
 
     let client = coord::connect(&eps, options(&certs.ca, Some(&certs.client)))
@@ -53,20 +46,7 @@ async fn tls_with_client_certificates_registers_and_refuses_what_etcd_does_not_t
     assert!(host.lease_id().is_some());
     host.stop().await.unwrap();
 
-    for (what, ca, pair) in [
-        ("a wrong CA", &certs.foreign_ca, Some(&certs.client)),
-        ("no client certificate", &certs.ca, None),
-        (
-            "an expired client certificate",
-            &certs.ca,
-            Some(&certs.expired),
-        ),
-        (
-            "a foreign client certificate",
-            &certs.ca,
-            Some(&certs.foreign_client),
-        ),
-    ] {
+    for (what, ca, pair) in certs.refused() {
         let client = coord::connect(&eps, options(ca, pair)).await.unwrap();
         let checked = tokio::time::timeout(2 * DEADLINE, client.check(DEADLINE))
             .await
@@ -118,14 +98,7 @@ async fn tls_with_client_certificates_registers_and_refuses_what_etcd_does_not_t
 async fn a_wrong_password_is_an_auth_error_and_the_right_one_works() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
-    for args in [
-        vec!["user", "add", "root:s3cret"],
-        vec!["role", "add", "root"],
-        vec!["user", "grant-role", "root", "root"],
-        vec!["auth", "enable"],
-    ] {
-        coord_tests::etcdctl::output(&eps, &args).await;
-    }
+    etcd.enable_auth("s3cret").await;
     let with = |password: &str| ConnectOptions {
         user: Some(("root".into(), password.into())),
         ..ConnectOptions::default()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use coord_tests::certs::Certs;
-use coord_tests::etcd::{EtcdCluster, ServerTls};
+use coord_tests::etcd::EtcdCluster;
 use coord_tests::etcdctl::Peer;
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -484,16 +484,6 @@ async fn an_unreachable_etcd_exits_2_within_the_dial_timeout() {
     }
 }
 
-fn tls_server(certs: &Certs) -> ServerTls {
-    ServerTls {
-        cert: certs.server.cert.clone(),
-        key: certs.server.key.clone(),
-        ca: certs.ca.clone(),
-        client_cert_auth: true,
-        client: Some((certs.client.cert.clone(), certs.client.key.clone())),
-    }
-}
-
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -501,7 +491,7 @@ fn path(p: &Path) -> &str {
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_works_with_good_certificates_and_fails_clearly_otherwise() {
     let certs = Certs::generate();
-    let etcd = EtcdCluster::single_tls(tls_server(&certs)).await;
+    let etcd = EtcdCluster::single_tls(certs.server_tls()).await;
     let eps = etcd.endpoints();
     assert!(eps[0].starts_with("https://"));
     let with = |ca: &Path, client: Option<&coord_tests::certs::Pair>, args: &[&str]| {
@@ -553,21 +543,7 @@ async fn tls_works_with_good_certificates_and_fails_clearly_otherwise() {
     );
     assert!(err.contains("TLS"), "{err}");
 
-    let refused: [(&str, &Path, Option<&coord_tests::certs::Pair>); 4] = [
-        ("a wrong CA", &certs.foreign_ca, Some(&certs.client)),
-        ("no client certificate", &certs.ca, None),
-        (
-            "an expired client certificate",
-            &certs.ca,
-            Some(&certs.expired),
-        ),
-        (
-            "a foreign client certificate",
-            &certs.ca,
-            Some(&certs.foreign_client),
-        ),
-    ];
-    for (what, ca, client) in refused {
+    for (what, ca, client) in certs.refused() {
         let start = Instant::now();
         let (code, _, err) = run(with(ca, client, &["hosts"])).await;
         eprintln!("{what}: {err}");
@@ -581,23 +557,7 @@ async fn tls_works_with_good_certificates_and_fails_clearly_otherwise() {
 async fn auth_takes_the_right_password_from_flags_or_environment() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
-    for args in [
-        vec!["user", "add", "root:s3cret"],
-        vec!["role", "add", "root"],
-        vec!["user", "grant-role", "root", "root"],
-        vec!["auth", "enable"],
-    ] {
-        let (code, out, err) = run({
-            let mut c = etcdctl(&eps);
-            c.args(&args);
-            c
-        })
-        .await;
-        assert!(
-            code == 0 || err.contains("already"),
-            "{args:?}: {out} {err}"
-        );
-    }
+    etcd.enable_auth("s3cret").await;
     let (code, _, err) = run(ctl(&eps, &["--user", "root:wrong", "hosts"])).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("credentials"), "{err}");
