@@ -52,7 +52,10 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
     queue_prefix(name).map(|_| ())
 }
 
-fn check_value(value: &[u8]) -> Result<(), Error> {
+/// Checks an election value (or a proclaimed one) as every campaign does:
+/// `Error::ValueTooLarge` above [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN)
+/// bytes (etcd refuses requests over 1.5 MiB by default).
+pub fn validate_value(value: &[u8]) -> Result<(), Error> {
     if value.len() > MAX_METADATA_LEN {
         return Err(Error::ValueTooLarge {
             size: value.len(),
@@ -92,7 +95,7 @@ pub(crate) async fn contend(
     value: Vec<u8>,
     mode: Mode,
 ) -> Result<Contended, Error> {
-    check_value(&value)?;
+    validate_value(&value)?;
     let id = session.next_id();
     let (phase_tx, mut phase) = watch::channel(Phase::Campaigning);
     session.send(Request::Campaign {
@@ -330,7 +333,7 @@ impl Leadership {
     /// token as its create revision (`Error::NotLeader` otherwise).
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
         let value = value.into();
-        check_value(&value)?;
+        validate_value(&value)?;
         match self.ask(AskedBy::Proclaim(value)).await? {
             Answer::Proclaimed => Ok(()),
             other => Err(answer_error(other)),
@@ -497,10 +500,10 @@ mod tests {
 
     #[test]
     fn values_up_to_the_metadata_limit_are_taken() {
-        assert!(check_value(&vec![b'x'; MAX_METADATA_LEN]).is_ok());
-        assert!(check_value(b"").is_ok());
+        assert!(validate_value(&vec![b'x'; MAX_METADATA_LEN]).is_ok());
+        assert!(validate_value(b"").is_ok());
         assert!(matches!(
-            check_value(&vec![b'x'; MAX_METADATA_LEN + 1]),
+            validate_value(&vec![b'x'; MAX_METADATA_LEN + 1]),
             Err(Error::ValueTooLarge { size, max })
                 if size == MAX_METADATA_LEN + 1 && max == MAX_METADATA_LEN
         ));

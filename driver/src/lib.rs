@@ -111,7 +111,7 @@ pub use coord_core::io::{
 };
 pub use coord_core::observer::Leader;
 pub use coord_core::{FencingToken, Key};
-pub use election::{validate_name, Election, LeaderProbe, Leadership, MutexGuard};
+pub use election::{validate_name, validate_value, Election, LeaderProbe, Leadership, MutexGuard};
 pub use mutex::Mutex;
 pub use observe::{Observe, Observed};
 pub use pool::{ElectionPool, PoolStats};

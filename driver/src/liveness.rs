@@ -119,9 +119,7 @@ impl HostLiveness {
         opts: LivenessOptions,
     ) -> Result<HostLiveness, Error> {
         validate_host_id(host_id)?;
-        if opts.prefix.is_empty() || opts.prefix.chars().any(char::is_control) {
-            return Err(Error::InvalidPrefix(opts.prefix));
-        }
+        opts.check_prefix()?;
         let value = serde_json::to_vec(meta).map_err(|e| Error::Encode(e.to_string()))?;
         if value.len() > MAX_METADATA_LEN {
             return Err(Error::MetadataTooLarge {
@@ -130,21 +128,8 @@ impl HostLiveness {
             });
         }
         let key = format!("{}{}", opts.prefix, host_id);
-        let config = LivenessConfig {
-            key: Key(key.clone().into_bytes()),
-            value,
-            ttl: opts.ttl,
-            refresh: opts.refresh.unwrap_or(opts.ttl / 3),
-            request_timeout: opts.request_timeout,
-            backoff: opts.backoff,
-            seed: opts.seed.unwrap_or_else(|| default_seed(host_id)),
-            start: if opts.retry_first_registration {
-                StartPolicy::Retry
-            } else {
-                StartPolicy::FailFast
-            },
-            on_loss: opts.on_loss,
-        };
+        let seed = opts.seed.unwrap_or_else(|| default_seed(host_id));
+        let config = opts.config(Key(key.clone().into_bytes()), value, seed);
         let machine = Liveness::new(config)?;
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(LivenessStatus::Registering);
@@ -271,5 +256,112 @@ impl Host<Liveness> for LivenessHost {
 
     fn orphaned(&mut self, _machine: &Liveness) {
         self.reporter.abandoned();
+    }
+}
+
+impl LivenessOptions {
+    /// Checks these options as [`HostLiveness::register`] does, without
+    /// dialling or writing anything: `Error::InvalidPrefix` for an empty
+    /// prefix or one with control characters, `Error::InvalidOptions`
+    /// naming the first field out of range (TTL 1 s to 1 day, refresh at
+    /// least 10 ms and below the TTL, request timeout, backoff).
+    pub fn validate(&self) -> Result<(), Error> {
+        self.check_prefix()?;
+        let key = Key(self.prefix.clone().into_bytes());
+        Ok(self.config(key, Vec::new(), 0).validate()?)
+    }
+
+    fn check_prefix(&self) -> Result<(), Error> {
+        if self.prefix.is_empty() || self.prefix.chars().any(char::is_control) {
+            return Err(Error::InvalidPrefix(self.prefix.clone()));
+        }
+        Ok(())
+    }
+
+    /// The core machine's configuration these options ask for.
+    fn config(&self, key: Key, value: Vec<u8>, seed: u64) -> LivenessConfig {
+        LivenessConfig {
+            key,
+            value,
+            ttl: self.ttl,
+            refresh: self.refresh.unwrap_or(self.ttl / 3),
+            request_timeout: self.request_timeout,
+            backoff: self.backoff.clone(),
+            seed,
+            start: if self.retry_first_registration {
+                StartPolicy::Retry
+            } else {
+                StartPolicy::FailFast
+            },
+            on_loss: self.on_loss,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coord_core::lease::ConfigError;
+
+    #[test]
+    fn options_are_checked_as_register_checks_them() {
+        assert!(LivenessOptions::default().validate().is_ok());
+        for prefix in ["", "/hosts\n/"] {
+            let opts = LivenessOptions {
+                prefix: prefix.to_string(),
+                ..LivenessOptions::default()
+            };
+            assert!(matches!(opts.validate(), Err(Error::InvalidPrefix(p)) if p == prefix));
+        }
+        let ttl = LivenessOptions {
+            ttl: Duration::ZERO,
+            ..LivenessOptions::default()
+        };
+        assert!(matches!(
+            ttl.validate(),
+            Err(Error::InvalidOptions(ConfigError::TtlOutOfRange(_)))
+        ));
+        let refresh = LivenessOptions {
+            refresh: Some(Duration::from_millis(5)),
+            ..LivenessOptions::default()
+        };
+        assert!(matches!(
+            refresh.validate(),
+            Err(Error::InvalidOptions(ConfigError::RefreshOutOfRange { .. }))
+        ));
+    }
+
+    #[test]
+    fn the_config_carries_every_option() {
+        let opts = LivenessOptions {
+            prefix: "/p/".into(),
+            ttl: Duration::from_secs(6),
+            refresh: None,
+            request_timeout: Duration::from_secs(2),
+            backoff: BackoffConfig::plain(),
+            seed: None,
+            retry_first_registration: true,
+            on_loss: OnLoss::Replace,
+        };
+        let config = opts.config(Key(b"/p/h".to_vec()), b"{}".to_vec(), 5);
+        assert_eq!(config.key, Key(b"/p/h".to_vec()));
+        assert_eq!(config.value, b"{}".to_vec());
+        assert_eq!(config.ttl, Duration::from_secs(6));
+        assert_eq!(config.refresh, Duration::from_secs(2));
+        assert_eq!(config.request_timeout, Duration::from_secs(2));
+        assert_eq!(config.backoff, BackoffConfig::plain());
+        assert_eq!(config.seed, 5);
+        assert_eq!(config.start, StartPolicy::Retry);
+        assert_eq!(config.on_loss, OnLoss::Replace);
+        let config = LivenessOptions {
+            refresh: Some(Duration::from_secs(1)),
+            retry_first_registration: false,
+            on_loss: OnLoss::Resume,
+            ..opts
+        }
+        .config(Key(b"k".to_vec()), Vec::new(), 0);
+        assert_eq!(config.refresh, Duration::from_secs(1));
+        assert_eq!(config.start, StartPolicy::FailFast);
+        assert_eq!(config.on_loss, OnLoss::Resume);
     }
 }

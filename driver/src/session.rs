@@ -154,19 +154,7 @@ impl Session {
         let seed = opts
             .seed
             .unwrap_or_else(|| crate::liveness::default_seed("session"));
-        let config = SessionConfig {
-            ttl: opts.ttl,
-            refresh: opts.refresh.unwrap_or(opts.ttl / 3),
-            request_timeout: opts.request_timeout,
-            probe_interval: opts.probe_interval,
-            backoff: opts.backoff.clone(),
-            seed,
-            start: if opts.retry_first_grant {
-                StartPolicy::Retry
-            } else {
-                StartPolicy::FailFast
-            },
-        };
+        let config = opts.config(seed);
         let machine = Machine::new(config)?;
         let clock = Clock::start();
         let (requests, requests_rx) = mpsc::unbounded_channel();
@@ -479,5 +467,112 @@ impl SessionHost {
             }
         };
         c.phase.send_replace(phase);
+    }
+}
+
+impl SessionOptions {
+    /// Checks these options as [`Session::new`] does, without dialling or
+    /// writing anything: `Error::InvalidOptions` naming the first field out
+    /// of range (TTL 1 s to 1 day, refresh at least 10 ms and below the
+    /// TTL, request timeout, probe interval, backoff).
+    pub fn validate(&self) -> Result<(), Error> {
+        Ok(self.config(0).validate()?)
+    }
+
+    /// The core machine's configuration these options ask for.
+    fn config(&self, seed: u64) -> SessionConfig {
+        SessionConfig {
+            ttl: self.ttl,
+            refresh: self.refresh.unwrap_or(self.ttl / 3),
+            request_timeout: self.request_timeout,
+            probe_interval: self.probe_interval,
+            backoff: self.backoff.clone(),
+            seed,
+            start: if self.retry_first_grant {
+                StartPolicy::Retry
+            } else {
+                StartPolicy::FailFast
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coord_core::lease::ConfigError;
+
+    #[test]
+    fn options_are_checked_as_new_checks_them() {
+        assert!(SessionOptions::default().validate().is_ok());
+        let secs = |s| SessionOptions {
+            ttl: Duration::from_secs(s),
+            ..SessionOptions::default()
+        };
+        assert!(secs(1).validate().is_ok());
+        assert!(secs(86_400).validate().is_ok());
+        for bad in [0, 86_401] {
+            assert!(matches!(
+                secs(bad).validate(),
+                Err(Error::InvalidOptions(ConfigError::TtlOutOfRange(_)))
+            ));
+        }
+        let refresh = SessionOptions {
+            refresh: Some(Duration::from_secs(10)),
+            ..SessionOptions::default()
+        };
+        assert!(matches!(
+            refresh.validate(),
+            Err(Error::InvalidOptions(ConfigError::RefreshOutOfRange { .. }))
+        ));
+        let timeout = SessionOptions {
+            request_timeout: Duration::from_millis(1),
+            ..SessionOptions::default()
+        };
+        assert!(matches!(
+            timeout.validate(),
+            Err(Error::InvalidOptions(
+                ConfigError::RequestTimeoutOutOfRange(_)
+            ))
+        ));
+        let probe = SessionOptions {
+            probe_interval: Duration::ZERO,
+            ..SessionOptions::default()
+        };
+        assert!(matches!(
+            probe.validate(),
+            Err(Error::InvalidOptions(ConfigError::ProbeIntervalOutOfRange(
+                _
+            )))
+        ));
+    }
+
+    #[test]
+    fn the_config_carries_every_option() {
+        let opts = SessionOptions {
+            ttl: Duration::from_secs(7),
+            refresh: None,
+            request_timeout: Duration::from_secs(2),
+            probe_interval: Duration::from_secs(3),
+            backoff: BackoffConfig::plain(),
+            seed: Some(9),
+            retry_first_grant: true,
+        };
+        let config = opts.config(42);
+        assert_eq!(config.ttl, Duration::from_secs(7));
+        assert_eq!(config.refresh, Duration::from_secs(7) / 3);
+        assert_eq!(config.request_timeout, Duration::from_secs(2));
+        assert_eq!(config.probe_interval, Duration::from_secs(3));
+        assert_eq!(config.backoff, BackoffConfig::plain());
+        assert_eq!(config.seed, 42);
+        assert_eq!(config.start, StartPolicy::Retry);
+        let refresh = SessionOptions {
+            refresh: Some(Duration::from_secs(1)),
+            retry_first_grant: false,
+            ..opts
+        };
+        let config = refresh.config(1);
+        assert_eq!(config.refresh, Duration::from_secs(1));
+        assert_eq!(config.start, StartPolicy::FailFast);
     }
 }

@@ -13,13 +13,16 @@ use crate::output::{Printer, Record};
 use crate::setup::{self, Signals};
 use crate::supervise::{run_while_held, Ended};
 
-/// The session options of a hold.
+/// The session options of a hold, checked as the library checks them (a
+/// TTL or timeout out of range is bad input, before anything is dialled).
 pub fn session_options(global: &Global, hold: &Hold) -> Result<SessionOptions, Failure> {
-    Ok(SessionOptions {
-        ttl: setup::ttl(hold.ttl)?,
+    let options = SessionOptions {
+        ttl: Duration::from_secs(hold.ttl),
         request_timeout: global.command_timeout,
         ..SessionOptions::default()
-    })
+    };
+    options.validate()?;
+    Ok(options)
 }
 
 /// Campaigns; once elected, leads until a signal (resign, `Ok(0)`), a loss
@@ -32,13 +35,7 @@ pub async fn campaign(
     printer: Printer,
 ) -> Result<u8, Failure> {
     let options = session_options(global, &args.hold)?;
-    if args.value.len() > coord::MAX_METADATA_LEN {
-        return Err(Error::ValueTooLarge {
-            size: args.value.len(),
-            max: coord::MAX_METADATA_LEN,
-        }
-        .into());
-    }
+    coord::validate_value(args.value.as_bytes())?;
     coord::validate_name(&args.name)?;
     let client = setup::connect(global).await?;
     let election = Election::new(client, &args.name, options).await?;

@@ -1,5 +1,7 @@
 //! `coordctl register`: a host's liveness until SIGINT or SIGTERM.
 
+use std::time::Duration;
+
 use coord::{
     validate_host_id, Error, HostLiveness, HostMetadata, LivenessEvent, LivenessOptions,
     RevokeOutcome,
@@ -21,7 +23,6 @@ pub async fn run(
     printer: Printer,
 ) -> Result<(), Failure> {
     validate_host_id(&args.id).map_err(Error::from)?;
-    let ttl = setup::ttl(args.ttl)?;
     let hostname = match &args.hostname {
         Some(h) => h.clone(),
         None => nix::unistd::gethostname()
@@ -35,10 +36,11 @@ pub async fn run(
     };
     let options = LivenessOptions {
         prefix: global.prefix.clone(),
-        ttl,
+        ttl: Duration::from_secs(args.ttl),
         request_timeout: global.command_timeout,
         ..LivenessOptions::default()
     };
+    options.validate()?;
     let client = setup::connect(global).await?;
     // Not raced against the signals: a registration dropped half-way
     // would leave its lease to expire. It is bounded by the request

@@ -2,29 +2,11 @@
 //! from the global flags, checked against etcd at once), and the signals
 //! that end a command.
 
-use std::time::Duration;
-
 use coord::{ConnectOptions, Error, TlsOptions};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::cli::Global;
 use crate::exit::Failure;
-
-/// TTLs a lease may ask for, in seconds.
-pub const TTL_RANGE: std::ops::RangeInclusive<u64> = 1..=86_400;
-
-/// Checks a `--ttl` before anything is dialled.
-pub fn ttl(secs: u64) -> Result<Duration, Failure> {
-    if TTL_RANGE.contains(&secs) {
-        Ok(Duration::from_secs(secs))
-    } else {
-        Err(Failure::Usage(format!(
-            "--ttl {secs} is out of range: {} to {} seconds",
-            TTL_RANGE.start(),
-            TTL_RANGE.end()
-        )))
-    }
-}
 
 /// The connect options the global flags ask for. Certificates are loaded
 /// and the password prompted for here; a problem with either is bad input
@@ -135,14 +117,6 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ttls_out_of_range_are_refused() {
-        assert!(matches!(ttl(0), Err(Failure::Usage(m)) if m.contains("out of range")));
-        assert!(ttl(86_401).is_err());
-        assert_eq!(ttl(1).ok(), Some(Duration::from_secs(1)));
-        assert_eq!(ttl(86_400).ok(), Some(Duration::from_secs(86_400)));
-    }
 
     #[test]
     fn credentials_split_at_the_first_colon() {

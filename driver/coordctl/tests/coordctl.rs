@@ -442,6 +442,8 @@ async fn bad_input_exits_1_and_writes_nothing() {
         vec!["campaign", "", "v"],
         vec!["campaign", "name/", "v"],
         vec!["campaign", "e", "v", "--ttl", "0"],
+        vec!["--command-timeout", "1ms", "register", "--id", "ok"],
+        vec!["--command-timeout", "1ms", "lock", "jobs", "--", "true"],
         vec!["lock", "jobs"],
         vec!["lock", "", "--", "true"],
         vec!["lock", "jobs", "--try", "--timeout", "1s", "--", "true"],
