@@ -162,16 +162,17 @@ impl WatchEvents for WatchResponses {
         let mut events = Vec::with_capacity(resp.events().len());
         for e in resp.events() {
             let Some(kv) = e.kv() else { continue };
-            let prev = e.prev_kv().map(key_value);
             events.push(match e.event_type() {
+                // A put's previous kv is not read by any machine (each
+                // keeps its own view): not copied.
                 EventType::Put => WatchEvent::Put {
                     kv: key_value(kv),
-                    prev,
+                    prev: None,
                 },
                 EventType::Delete => WatchEvent::Delete {
                     key: Key(kv.key().to_vec()),
                     revision: Revision(kv.mod_revision()),
-                    prev,
+                    prev: e.prev_kv().map(key_value),
                 },
             });
         }

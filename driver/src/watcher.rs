@@ -98,12 +98,28 @@ pub struct HostRecord<M> {
 }
 
 impl<M: DeserializeOwned> HostRecord<M> {
-    fn from_kv(kv: &KeyValue) -> Self {
+    fn from_kv(kv: KeyValue) -> Self {
         HostRecord {
             meta: serde_json::from_slice(&kv.value).map_err(|e| DecodeError(e.to_string())),
-            raw: kv.value.clone(),
+            raw: kv.value,
             lease: kv.lease,
             mod_revision: kv.mod_revision,
+        }
+    }
+
+    /// The record of `kv`: `known` (the view's record of the same host)
+    /// when it was made from that very kv, so a value is decoded once
+    /// however many events carry it; else decoded afresh.
+    fn reuse_or_decode(known: Option<Self>, kv: KeyValue) -> Self {
+        match known {
+            Some(r)
+                if r.mod_revision == kv.mod_revision
+                    && r.lease == kv.lease
+                    && r.raw == kv.value =>
+            {
+                r
+            }
+            _ => Self::from_kv(kv),
         }
     }
 }
@@ -340,7 +356,7 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
     fn publish(&mut self, now: Instant, event: Event) {
         let out = match event {
             Event::Up { host, kv, revision } => {
-                let record = HostRecord::from_kv(&kv);
+                let record = HostRecord::from_kv(kv);
                 lock(&self.view).insert(host.clone(), record.clone());
                 HostEvent::Up {
                     host,
@@ -354,12 +370,12 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
                 previous,
                 revision,
             } => {
-                let record = HostRecord::from_kv(&kv);
-                lock(&self.view).insert(host.clone(), record.clone());
+                let record = HostRecord::from_kv(kv);
+                let known = lock(&self.view).insert(host.clone(), record.clone());
                 HostEvent::Updated {
                     host,
                     record,
-                    previous: HostRecord::from_kv(&previous),
+                    previous: HostRecord::reuse_or_decode(known, previous),
                     revision,
                 }
             }
@@ -368,10 +384,10 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
                 last_seen,
                 revision,
             } => {
-                lock(&self.view).remove(&host);
+                let known = lock(&self.view).remove(&host);
                 HostEvent::Down {
                     host,
-                    last_seen: HostRecord::from_kv(&last_seen),
+                    last_seen: HostRecord::reuse_or_decode(known, last_seen),
                     revision,
                 }
             }
@@ -427,7 +443,16 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
             HostEvent::Retrying { .. } => ("retrying", None),
         };
         crate::telemetry::watcher_event(kind, revision);
-        self.outbox.push_back(out);
+        if self.outbox.is_empty() {
+            // Straight to the consumer when it has room: no turn of the
+            // run loop per event.
+            match self.events.try_send(out) {
+                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+                Err(mpsc::error::TrySendError::Full(out)) => self.outbox.push_back(out),
+            }
+        } else {
+            self.outbox.push_back(out);
+        }
     }
 
     fn drained(&mut self, machine: &Watcher) {
@@ -452,9 +477,64 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
                 if let Some(event) = self.outbox.pop_front() {
                     permit.send(event);
                 }
+                // Then whatever else fits, without waiting.
+                while let Some(event) = self.outbox.pop_front() {
+                    match self.events.try_send(event) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(event)) => {
+                            self.outbox.push_front(event);
+                            return;
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => {
+                            self.outbox.clear();
+                            return;
+                        }
+                    }
+                }
             }
             // The consumer is gone: nobody to watch for.
             Err(_) => self.outbox.clear(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(value: &[u8], lease: i64, mod_revision: i64) -> KeyValue {
+        KeyValue {
+            key: Key(b"/coord/hosts/h".to_vec()),
+            value: value.to_vec(),
+            create_revision: Revision(1),
+            mod_revision: Revision(mod_revision),
+            lease: LeaseId(lease),
+        }
+    }
+
+    #[test]
+    fn a_record_is_reused_only_when_made_from_the_same_kv() {
+        let record = HostRecord::<serde_json::Value>::from_kv(kv(b"{\"a\":1}", 7, 5));
+        assert_eq!(record.meta, Ok(serde_json::json!({"a": 1})));
+        // A record that claims to be of this kv but holds another meta:
+        // reused as is, so no decoding happened.
+        let marked = HostRecord {
+            meta: Ok(serde_json::json!("reused")),
+            ..record.clone()
+        };
+        let same = HostRecord::reuse_or_decode(Some(marked.clone()), kv(b"{\"a\":1}", 7, 5));
+        assert_eq!(same, marked);
+        // Any difference of value, lease or revision decodes afresh.
+        for other in [
+            kv(b"{\"a\":2}", 7, 5),
+            kv(b"{\"a\":1}", 8, 5),
+            kv(b"{\"a\":1}", 7, 6),
+        ] {
+            let fresh = HostRecord::reuse_or_decode(Some(marked.clone()), other.clone());
+            assert_eq!(fresh, HostRecord::from_kv(other));
+        }
+        let unknown = HostRecord::<serde_json::Value>::reuse_or_decode(None, kv(b"oops", 7, 5));
+        assert!(unknown.meta.is_err());
+        assert_eq!(unknown.raw, b"oops".to_vec());
     }
 }
