@@ -1,17 +1,22 @@
 //! The one executor of the core's etcd commands: each request runs on a
 //! task of its own tagged with its `OpId`, each stream is owned by a task
-//! whose reader forwards everything at once, and every answer comes back as
-//! a [`Completion`].
+//! (a keep-alive stream's reader forwards every reply at once), a watch
+//! stream's messages are read by the run loop itself, and every answer
+//! comes back as a [`Completion`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use coord_core::io::{Command, Completion};
 use coord_core::{Failure, LeaseId, OpId, Revision};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::api::{outcome, EtcdApi, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents};
+use crate::api::{
+    outcome, EtcdApi, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents, WatchMessage,
+};
 
 /// In-flight request or stream tasks, by the op that started them.
 #[derive(Debug, Default)]
@@ -90,17 +95,50 @@ enum Control {
     Cancel,
 }
 
-/// A watch message on its way to the machine.
-pub(crate) type WatchDelivery = (OpId, crate::api::WatchMessage);
+/// What one read of a watch stream found.
+enum Read<S> {
+    /// A message, and the stream to read on.
+    Message(S, WatchMessage),
+    /// The stream failed or ended.
+    Ended(Failure),
+    /// The stream never opened (its task reported why).
+    Gone,
+}
+
+/// A watch stream's pending read. It lives until it completes (or the
+/// stream is dropped), whatever the run loop does meanwhile, so no
+/// `EtcdApi` needs cancel-safe reads.
+type Reading<S> = Pin<Box<dyn Future<Output = Read<S>> + Send>>;
+
+fn read_next<S: WatchEvents>(mut stream: S) -> Reading<S> {
+    Box::pin(async move {
+        match stream.next().await {
+            Some(Ok(m)) => Read::Message(stream, m),
+            Some(Err(e)) => Read::Ended(e.into_failure()),
+            None => Read::Ended(Failure::StreamClosed("watch stream ended".into())),
+        }
+    })
+}
+
+/// The first read: once the stream's task has opened it.
+fn read_first<S: WatchEvents>(opened: oneshot::Receiver<S>) -> Reading<S> {
+    Box::pin(async move {
+        match opened.await {
+            Ok(stream) => read_next(stream).await,
+            Err(_) => Read::Gone,
+        }
+    })
+}
 
 /// Executes commands against `A`. Completions (and keep-alive replies, and
-/// stream ends) go to one unbounded channel; watch messages to a channel of
-/// one, so a run loop that stops reading it stops the streams from being
-/// read (backpressure through HTTP/2 flow control).
+/// stream ends) go to one unbounded channel; watch messages are read by the
+/// run loop through [`next_watch`](Self::next_watch), so a run loop that
+/// stops asking stops the streams from being read (backpressure through
+/// HTTP/2 flow control), and a message reaches the machine with no hop
+/// between tasks.
 pub(crate) struct Executor<A: EtcdApi> {
     api: A,
     done: mpsc::UnboundedSender<Completion>,
-    watched: mpsc::Sender<WatchDelivery>,
     requests: Tasks,
     streams: Tasks,
     keep_alives: BTreeMap<OpId, mpsc::UnboundedSender<()>>,
@@ -108,24 +146,73 @@ pub(crate) struct Executor<A: EtcdApi> {
     /// trip metric).
     unanswered: BTreeMap<OpId, tokio::time::Instant>,
     watches: BTreeMap<OpId, mpsc::UnboundedSender<Control>>,
+    /// Each open watch stream's pending read.
+    readers: BTreeMap<OpId, Reading<A::WatchEvents>>,
+    /// The stream a message was last read from: the next look starts after
+    /// it, so that a busy stream cannot starve the others.
+    last_read: Option<OpId>,
 }
 
 impl<A: EtcdApi> Executor<A> {
-    pub(crate) fn new(
-        api: A,
-        done: mpsc::UnboundedSender<Completion>,
-        watched: mpsc::Sender<WatchDelivery>,
-    ) -> Self {
+    pub(crate) fn new(api: A, done: mpsc::UnboundedSender<Completion>) -> Self {
         Executor {
             api,
             done,
-            watched,
             requests: Tasks::default(),
             streams: Tasks::default(),
             keep_alives: BTreeMap::new(),
             unanswered: BTreeMap::new(),
             watches: BTreeMap::new(),
+            readers: BTreeMap::new(),
+            last_read: None,
         }
+    }
+
+    /// The next message (or end) of any open watch stream, as the
+    /// machine's completion. Pending while no stream has one.
+    pub(crate) async fn next_watch(&mut self) -> Completion {
+        std::future::poll_fn(|cx| self.poll_watch(cx)).await
+    }
+
+    fn poll_watch(&mut self, cx: &mut Context<'_>) -> Poll<Completion> {
+        let after = self.last_read;
+        let mut order: Vec<OpId> = self.readers.keys().copied().collect();
+        if let Some(last) = after {
+            let first = order.partition_point(|op| *op <= last);
+            order.rotate_left(first);
+        }
+        for op in order {
+            let Some(reading) = self.readers.get_mut(&op) else {
+                continue;
+            };
+            let Poll::Ready(read) = reading.as_mut().poll(cx) else {
+                continue;
+            };
+            match read {
+                Read::Message(stream, m) => {
+                    *reading = read_next(stream);
+                    self.last_read = Some(op);
+                    return Poll::Ready(Completion::WatchMessage {
+                        stream: op,
+                        kind: m.kind,
+                        events: m.events,
+                        revision: m.revision,
+                        cluster: m.cluster,
+                    });
+                }
+                Read::Ended(failure) => {
+                    self.readers.remove(&op);
+                    return Poll::Ready(Completion::WatchClosed {
+                        stream: op,
+                        failure,
+                    });
+                }
+                Read::Gone => {
+                    self.readers.remove(&op);
+                }
+            }
+        }
+        Poll::Pending
     }
 
     /// Bookkeeping for a completion about to be handed to the machine: a
@@ -144,6 +231,7 @@ impl<A: EtcdApi> Executor<A> {
             Completion::WatchClosed { stream, .. } => {
                 self.streams.finished(*stream);
                 self.watches.remove(stream);
+                self.readers.remove(stream);
             }
             Completion::KeepAliveReply { stream, ttl_secs } => {
                 tracing::trace!(stream = stream.0, ttl_secs, "keep-alive reply");
@@ -162,6 +250,7 @@ impl<A: EtcdApi> Executor<A> {
         self.keep_alives.clear();
         self.unanswered.clear();
         self.watches.clear();
+        self.readers.clear();
     }
 
     pub(crate) fn execute(&mut self, command: Command) {
@@ -223,18 +312,15 @@ impl<A: EtcdApi> Executor<A> {
             } => {
                 let (control, control_rx) = mpsc::unbounded_channel();
                 self.watches.insert(op, control);
+                let (opened, opened_rx) = oneshot::channel();
+                self.readers.insert(op, read_first(opened_rx));
                 let stream = WatchStream {
                     op,
                     key: key.0,
                     prefix,
                     start: start_revision,
                 };
-                let task = stream.run(
-                    self.api.clone(),
-                    self.done.clone(),
-                    self.watched.clone(),
-                    control_rx,
-                );
+                let task = stream.run(self.api.clone(), self.done.clone(), opened, control_rx);
                 self.streams.spawn(op, task);
             }
             Command::RequestProgress { stream } => {
@@ -242,13 +328,17 @@ impl<A: EtcdApi> Executor<A> {
                     let _ = control.send(Control::Progress);
                 }
             }
-            Command::CancelWatch { stream } => match self.watches.remove(&stream) {
-                // The task cancels the watch on the server and ends.
-                Some(control) if control.send(Control::Cancel).is_ok() => {
-                    self.streams.finished(stream);
+            Command::CancelWatch { stream } => {
+                // Nothing more is read from it.
+                self.readers.remove(&stream);
+                match self.watches.remove(&stream) {
+                    // The task cancels the watch on the server and ends.
+                    Some(control) if control.send(Control::Cancel).is_ok() => {
+                        self.streams.finished(stream);
+                    }
+                    _ => self.streams.abort(stream),
                 }
-                _ => self.streams.abort(stream),
-            },
+            }
             Command::Abandon { op } => self.requests.abort(op),
         }
     }
@@ -321,14 +411,15 @@ struct WatchStream {
 }
 
 impl WatchStream {
-    /// Owns the stream: opens it, forwards its messages from a reader task
-    /// of its own (which blocks when the run loop has no room: that is the
-    /// backpressure), and sends progress requests and the cancel when asked.
+    /// Owns the stream's request half: opens the stream, hands its
+    /// response half to the run loop (which reads it when it has room:
+    /// that is the backpressure), and sends progress requests and the
+    /// cancel when asked.
     async fn run<A: EtcdApi>(
         self,
         api: A,
         done: mpsc::UnboundedSender<Completion>,
-        messages: mpsc::Sender<WatchDelivery>,
+        opened: oneshot::Sender<A::WatchEvents>,
         mut control_rx: mpsc::UnboundedReceiver<Control>,
     ) {
         let op = self.op;
@@ -338,27 +429,13 @@ impl WatchStream {
                 failure,
             });
         };
-        let (mut control, mut stream) = match api.watch(self.key, self.prefix, self.start).await {
+        let (mut control, stream) = match api.watch(self.key, self.prefix, self.start).await {
             Ok(pair) => pair,
             Err(e) => return closed(&done, e.into_failure()),
         };
-        let reader_done = done.clone();
-        let _reader = spawn_reader(async move {
-            loop {
-                match stream.next().await {
-                    Some(Ok(m)) => {
-                        if messages.send((op, m)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Some(Err(e)) => return closed(&reader_done, e.into_failure()),
-                    None => {
-                        let failure = Failure::StreamClosed("watch stream ended".into());
-                        return closed(&reader_done, failure);
-                    }
-                }
-            }
-        });
+        // Unwanted already (cancelled before it opened): the cancel is
+        // in `control_rx`, and is sent below.
+        let _ = opened.send(stream);
         while let Some(ask) = control_rx.recv().await {
             match ask {
                 Control::Progress => {
@@ -372,16 +449,5 @@ impl WatchStream {
                 }
             }
         }
-    }
-}
-
-/// A delivered watch message as the machine's completion.
-pub(crate) fn watch_completion((stream, m): WatchDelivery) -> Completion {
-    Completion::WatchMessage {
-        stream,
-        kind: m.kind,
-        events: m.events,
-        revision: m.revision,
-        cluster: m.cluster,
     }
 }

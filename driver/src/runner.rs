@@ -13,7 +13,7 @@ use tracing::warn;
 
 use crate::api::EtcdApi;
 use crate::clock::Clock;
-use crate::exec::{sleep_until, watch_completion, Executor, WatchDelivery};
+use crate::exec::{sleep_until, Executor};
 
 /// What a handle adds to the run loop: how user requests reach the machine,
 /// where its events go, and (for a watcher) backpressure.
@@ -79,14 +79,13 @@ pub(crate) async fn run<A, M, H>(
     H: Host<M>,
 {
     let (done_tx, mut done) = mpsc::unbounded_channel::<Completion>();
-    let (watched_tx, mut watched) = mpsc::channel::<WatchDelivery>(1);
     // Probing for etcd's return while the machine backs off: shared with
     // the client's other handles when the client has a hub.
     let hub = api.probe_hub().unwrap_or_default();
     hub.start(&api);
     let mut probe = hub.member();
     let mut last_silences = 0;
-    let mut exec = Executor::new(api, done_tx, watched_tx);
+    let mut exec = Executor::new(api, done_tx);
     host.start(clock.now(), &mut machine);
     loop {
         while let Some(output) = machine.poll() {
@@ -125,7 +124,10 @@ pub(crate) async fn run<A, M, H>(
             },
             () = host.deliver() => continue,
             sent = probe.returned() => M::returned_input(clock.of_runtime(sent)),
-            Some(m) = watched.recv(), if room => M::Input::from(watch_completion(m)),
+            c = exec.next_watch(), if room => {
+                exec.arrived(&c);
+                M::Input::from(c)
+            }
             // While the streams are not read (the consumer is behind), their
             // silence proves nothing: the machine's timers (an unanswered
             // progress probe) wait until they are read again, and the first
