@@ -103,7 +103,9 @@ pub use metadata::{
 pub use status::{LeaseStatus, ViewStatus};
 #[cfg(not(madsim))]
 pub use tls::TlsOptions;
-pub use watcher::{DecodeError, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions};
+pub use watcher::{
+    DecodeError, Driving, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions,
+};
 
 pub use coord_core::election::Loss;
 pub use coord_core::io::{

@@ -59,6 +59,27 @@ pub struct WatcherOptions {
     /// revision, so no prefix is too large for one response. Default 1,000
     /// (halved for a page too large to receive).
     pub page_size: u32,
+    /// Where the watcher's loop runs. Default [`Driving::Background`].
+    pub driving: Driving,
+}
+
+/// Where a [`HostWatcher`]'s loop (reading etcd, retrying, keeping the
+/// view) runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Driving {
+    /// On a task of its own: the view, `status()` and retries go on
+    /// whatever the consumer does (until `buffer` events wait untaken,
+    /// when etcd's stream is no longer read). Each event crosses from that
+    /// task to the consumer's.
+    #[default]
+    Background,
+    /// Inside the consumer's own calls: `next()` (and `close()`, `wait()`)
+    /// run the loop until an event is ready, so nothing moves between
+    /// tasks and an event costs less CPU. Between calls nothing happens:
+    /// etcd's stream is not read, retries and stream probes wait, and
+    /// `view()` and `status()` stay as of the last call. For a consumer
+    /// that awaits `next()` in a loop of its own.
+    InNext,
 }
 
 impl Default for WatcherOptions {
@@ -74,6 +95,7 @@ impl Default for WatcherOptions {
             buffer: 32,
             retry_first_snapshot: false,
             page_size: coord_core::mirror::DEFAULT_PAGE_SIZE,
+            driving: Driving::Background,
         }
     }
 }
@@ -186,7 +208,7 @@ pub enum HostEvent<M> {
 }
 
 /// Hosts under a prefix. `next()` yields changes; `view()` the current
-/// hosts. Dropping it stops the background task.
+/// hosts. Dropping it stops the watcher's loop.
 #[derive(Debug)]
 pub struct HostWatcher<M = HostMetadata> {
     events: mpsc::Receiver<HostEvent<M>>,
@@ -194,6 +216,17 @@ pub struct HostWatcher<M = HostMetadata> {
     close: mpsc::UnboundedSender<()>,
     running: watch::Receiver<bool>,
     status: watch::Receiver<ViewStatus>,
+    /// The loop, under [`Driving::InNext`] (until it ends).
+    inline: tokio::sync::Mutex<Option<Loop>>,
+}
+
+/// A watcher's loop, run by the consumer's calls ([`Driving::InNext`]).
+struct Loop(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>);
+
+impl std::fmt::Debug for Loop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Loop")
+    }
 }
 
 impl<M> HostWatcher<M>
@@ -249,32 +282,76 @@ where
             clock,
         };
         let span = tracing::info_span!("watcher", prefix = %opts.prefix);
-        tokio::spawn(tracing::Instrument::instrument(
-            run(client, machine, host, clock, close_rx),
-            span,
-        ));
+        let looping =
+            tracing::Instrument::instrument(run(client, machine, host, clock, close_rx), span);
+        let mut inline = match opts.driving {
+            Driving::Background => {
+                tokio::spawn(looping);
+                None
+            }
+            Driving::InNext => Some(Loop(Box::pin(looping))),
+        };
+        let mut ready = ready;
+        let started = if opts.retry_first_snapshot {
+            None
+        } else {
+            Some(match &mut inline {
+                None => ready.await.map_err(drop),
+                // Run the loop until the first snapshot is in.
+                Some(Loop(looping)) => tokio::select! {
+                    r = &mut ready => r.map_err(drop),
+                    () = looping.as_mut() => {
+                        inline = None;
+                        ready.try_recv().map_err(drop)
+                    }
+                },
+            })
+        };
         let handle = HostWatcher {
             events,
             view,
             close,
             running,
             status,
+            inline: tokio::sync::Mutex::new(inline),
         };
-        if opts.retry_first_snapshot {
-            return Ok(handle);
-        }
-        match ready.await {
-            Ok(Ok(())) => Ok(handle),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::TaskGone),
+        match started {
+            None | Some(Ok(Ok(()))) => Ok(handle),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(_)) => Err(Error::TaskGone),
         }
     }
 
     /// The next change, in order; `None` once the watcher is closed and the
     /// events already buffered (at most `buffer`) have been taken. Changes
-    /// not yet buffered at close are not delivered.
+    /// not yet buffered at close are not delivered. Under
+    /// [`Driving::InNext`] this runs the watcher's loop until an event is
+    /// ready.
     pub async fn next(&mut self) -> Option<HostEvent<M>> {
-        self.events.recv().await
+        let inline = self.inline.get_mut();
+        let Some(Loop(looping)) = inline else {
+            return self.events.recv().await;
+        };
+        tokio::select! {
+            biased;
+            event = self.events.recv() => event,
+            () = looping.as_mut() => {
+                // The loop ended (closed): what it buffered is still taken.
+                *inline = None;
+                self.events.recv().await
+            }
+        }
+    }
+
+    /// Under [`Driving::InNext`], runs the loop to its end (after a
+    /// close): events it emits meanwhile are buffered up to `buffer`, then
+    /// dropped, as the consumer is not taking them.
+    async fn run_inline_to_end(&self) {
+        let mut inline = self.inline.lock().await;
+        if let Some(Loop(looping)) = inline.as_mut() {
+            looping.as_mut().await;
+            *inline = None;
+        }
     }
 
     /// The live hosts as of the newest revision processed.
@@ -289,7 +366,7 @@ where
         self.status.clone()
     }
 
-    /// Stops watching. Idempotent; returns once the background task ended.
+    /// Stops watching. Idempotent; returns once the watcher's loop ended.
     pub async fn close(&self) {
         let _ = self.close.send(());
         self.wait().await;
@@ -302,7 +379,9 @@ where
     }
 
     /// Waits until the watcher has stopped (closed, or failed to start).
+    /// Under [`Driving::InNext`] this runs the loop meanwhile.
     pub async fn wait(&self) {
+        self.run_inline_to_end().await;
         let mut running = self.running.clone();
         let _ = running.wait_for(|r| !*r).await;
     }

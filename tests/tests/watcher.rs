@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use coord::{
-    BackoffConfig, Error, HostEvent, HostLiveness, HostMetadata, HostWatcher, LivenessOptions,
-    ResyncReason, Revision, WatcherOptions,
+    BackoffConfig, Driving, Error, HostEvent, HostLiveness, HostMetadata, HostWatcher,
+    LivenessOptions, ResyncReason, Revision, WatcherOptions,
 };
 use coord_tests::etcd::{free_ports, EtcdCluster};
 use coord_tests::init_tracing;
@@ -98,6 +98,15 @@ fn apply(view: &mut BTreeMap<String, Revision>, last: &mut Revision, e: &HostEve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_then_live_ups_updates_and_downs_with_last_seen_metadata() {
+    snapshot_then_live_changes(Driving::Background).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_with_the_loop_driven_by_next() {
+    snapshot_then_live_changes(Driving::InNext).await;
+}
+
+async fn snapshot_then_live_changes(driving: Driving) {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let c = etcd.client().await;
@@ -108,6 +117,7 @@ async fn snapshot_then_live_ups_updates_and_downs_with_last_seen_metadata() {
         c.clone(),
         WatcherOptions {
             exclude_host: Some("me".into()),
+            driving,
             ..opts()
         },
     )
@@ -180,6 +190,11 @@ async fn snapshot_then_live_ups_updates_and_downs_with_last_seen_metadata() {
     }
     let view = w.view();
     assert_eq!(view.keys().collect::<Vec<_>>(), vec!["a"]);
+    assert_eq!(
+        view["a"].meta.as_ref().unwrap().version,
+        "2.0",
+        "the view holds the newest record"
+    );
     w.close().await;
     w.close().await;
     assert!(w.next().await.is_none(), "events end once closed");
@@ -434,14 +449,31 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
     )
     .await
     .unwrap();
-    let err = HostWatcher::<HostMetadata>::new(c, opts())
+    for driving in [Driving::Background, Driving::InNext] {
+        let err = HostWatcher::<HostMetadata>::new(
+            c.clone(),
+            WatcherOptions {
+                driving,
+                ..opts()
+            },
+        )
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::Unreachable(_)), "{err:?}");
+        assert!(matches!(err, Error::Unreachable(_)), "{driving:?}: {err:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_loses_nothing_and_a_closer_ends_the_stream() {
+    slow_consumer(Driving::Background).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_driving_the_loop_loses_nothing_across_pauses() {
+    slow_consumer(Driving::InNext).await;
+}
+
+async fn slow_consumer(driving: Driving) {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let c = etcd.client().await;
@@ -449,6 +481,7 @@ async fn a_slow_consumer_loses_nothing_and_a_closer_ends_the_stream() {
         c.clone(),
         WatcherOptions {
             buffer: 4,
+            driving,
             ..opts()
         },
     )

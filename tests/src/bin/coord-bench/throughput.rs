@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use coord::{HostEvent, HostMetadata, HostWatcher, WatcherOptions};
+use coord::{Driving, HostEvent, HostMetadata, HostWatcher, WatcherOptions};
 use coord_tests::etcd::EtcdCluster;
 use etcd_client::{EventType, GetOptions, PutOptions, WatchOptions};
 use nix::sys::resource::{getrusage, UsageWho};
@@ -37,15 +37,24 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
     let (hosts, puts) = (s.hosts, s.puts);
     let mut rate = (Vec::new(), Vec::new());
     let mut cpu = (Vec::new(), Vec::new());
+    let mut in_next = (Vec::new(), Vec::new());
     for round in 0..s.rounds {
         let tag = rng.below(u64::MAX);
         let prefix = format!("/bench/watch/{tag:x}-c{round}/");
-        match coord_consumer(etcd, &prefix, hosts, puts).await {
+        match coord_consumer(etcd, &prefix, hosts, puts, Driving::Background).await {
             Some(m) => {
                 rate.0.push(m.events_per_s);
                 cpu.0.push(m.cpu_us_per_event);
             }
             None => eprintln!("coord-bench: a coord watcher round timed out; left out"),
+        }
+        let prefix = format!("/bench/watch/{tag:x}-i{round}/");
+        match coord_consumer(etcd, &prefix, hosts, puts, Driving::InNext).await {
+            Some(m) => {
+                in_next.0.push(m.events_per_s);
+                in_next.1.push(m.cpu_us_per_event);
+            }
+            None => eprintln!("coord-bench: an in-next coord watcher round timed out; left out"),
         }
         let prefix = format!("/bench/watch/{tag:x}-r{round}/");
         match raw_consumer(etcd, &prefix, hosts, puts).await {
@@ -59,6 +68,42 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
     let coord_name = "coord (HostWatcher)".to_string();
     let raw_name = "etcd-client watch + serde_json".to_string();
     vec![
+        Comparison {
+            id: "watcher-cpu-in-next".into(),
+            title: format!(
+                "Watcher CPU per event, loop driven by next(): {puts} puts over {hosts} hosts"
+            ),
+            unit: "us/event",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord (HostWatcher, Driving::InNext)".to_string(),
+                values: in_next.1,
+            },
+            baseline: Series {
+                subject: raw_name.clone(),
+                values: cpu.1.clone(),
+            },
+            ratio_of: Statistic::Median,
+            note: None,
+        },
+        Comparison {
+            id: "watcher-rate-in-next".into(),
+            title: format!(
+                "Watcher throughput, loop driven by next(): {puts} puts over {hosts} hosts"
+            ),
+            unit: "events/s",
+            lower_is_better: false,
+            coord: Series {
+                subject: "coord (HostWatcher, Driving::InNext)".to_string(),
+                values: in_next.0,
+            },
+            baseline: Series {
+                subject: raw_name.clone(),
+                values: rate.1.clone(),
+            },
+            ratio_of: Statistic::Median,
+            note: None,
+        },
         Comparison {
             id: "watcher-cpu".into(),
             title: format!("Watcher CPU per event: {puts} puts over {hosts} hosts"),
@@ -118,12 +163,14 @@ async fn coord_consumer(
     prefix: &str,
     hosts: usize,
     puts: usize,
+    driving: Driving,
 ) -> Option<Measured> {
     let mut watcher = HostWatcher::<HostMetadata>::new(
         etcd.coord_client().await,
         WatcherOptions {
             prefix: prefix.into(),
             buffer: 65_536,
+            driving,
             ..WatcherOptions::default()
         },
     )
