@@ -470,7 +470,8 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
 /// The options of watcher `i` in a case of `generator`: from V6 on,
 /// watcher 0 lists serializably (a stale member may answer it) and every
 /// buffer holds one event (a stalled consumer soon fills it, so the
-/// watcher stops reading its stream).
+/// watcher stops reading its stream); from V7 on, watcher 1's loop runs
+/// inside its consumer's `next()`.
 fn watcher_options_for(i: usize, mixed: u64, generator: Generator) -> WatcherOptions {
     let opts = watcher_options(mixed);
     match generator {
@@ -478,6 +479,16 @@ fn watcher_options_for(i: usize, mixed: u64, generator: Generator) -> WatcherOpt
         Generator::V6 => WatcherOptions {
             serializable: i == 0,
             buffer: 1,
+            ..opts
+        },
+        Generator::V7 => WatcherOptions {
+            serializable: i == 0,
+            buffer: 1,
+            driving: if i == 1 {
+                coord::Driving::InNext
+            } else {
+                coord::Driving::Background
+            },
             ..opts
         },
     }

@@ -344,8 +344,11 @@ pub enum Generator {
     /// V5 plus a member answering serializable reads from behind (lagging
     /// or partitioned) and stalled watcher consumers; watcher 0 lists
     /// serializably and buffers are small.
-    #[default]
     V6,
+    /// V6's cases, with watcher 1's loop driven by its consumer's `next()`
+    /// (`Driving::InNext`).
+    #[default]
+    V7,
 }
 
 impl Generator {
@@ -358,6 +361,7 @@ impl Generator {
             Generator::V4 => 4,
             Generator::V5 => 5,
             Generator::V6 => 6,
+            Generator::V7 => 7,
         }
     }
 
@@ -369,7 +373,8 @@ impl Generator {
             3 => Generator::V3,
             4 => Generator::V4,
             5 => Generator::V5,
-            _ => Generator::V6,
+            6 => Generator::V6,
+            _ => Generator::V7,
         }
     }
 }
@@ -381,7 +386,7 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V3 => fault_v3().boxed(),
         Generator::V4 => fault_v4().boxed(),
         Generator::V5 => fault_v5().boxed(),
-        Generator::V6 => prop_oneof![
+        Generator::V6 | Generator::V7 => prop_oneof![
             12 => fault_v5(),
             1 => (
                 500u64..30_000,
@@ -613,7 +618,7 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                 case
             })
             .boxed(),
-        Generator::V6 => (
+        Generator::V6 | Generator::V7 => (
             base,
             prop_oneof![contenders(), Just((Vec::new(), 0usize))],
             0u8..4,

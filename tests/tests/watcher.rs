@@ -450,15 +450,9 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
     .await
     .unwrap();
     for driving in [Driving::Background, Driving::InNext] {
-        let err = HostWatcher::<HostMetadata>::new(
-            c.clone(),
-            WatcherOptions {
-                driving,
-                ..opts()
-            },
-        )
-        .await
-        .unwrap_err();
+        let err = HostWatcher::<HostMetadata>::new(c.clone(), WatcherOptions { driving, ..opts() })
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Unreachable(_)), "{driving:?}: {err:?}");
     }
 }
