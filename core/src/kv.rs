@@ -18,7 +18,9 @@ pub struct KeyValue {
     pub lease: LeaseId,
 }
 
-/// One change delivered by a watch (with prev kv requested).
+/// One change delivered by a watch. coord watches without prev kv (each
+/// machine keeps its own view), so `prev` is `None` from etcd and no
+/// machine reads it; it stays for sources that send it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum WatchEvent {

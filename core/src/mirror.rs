@@ -5,10 +5,11 @@
 //!
 //! Start: range the prefix (or take a listing the owner already read, such
 //! as a campaign transaction's), report each key as a `Put`, then `Synced`,
-//! then watch from the listing's revision + 1 with prev kv. A put that
-//! changes a key's value or lease is a `Put` with the previous kv; an
-//! identical re-put is nothing; a delete of a known key is `Deleted` with
-//! the last-seen kv.
+//! then watch from the listing's revision + 1 (without prev kv: the view
+//! has it). A put that changes a key's value or lease is a `Put` with the
+//! previous kv; an identical re-put is nothing; a delete of a known key is
+//! `Deleted` with the last-seen kv, the view's: the kv of the last change
+//! reported, so an identical re-put never shows, even there.
 //!
 //! A broken stream (closed, erroring, or silent: no answer to a progress
 //! request within the request timeout) is resumed from the last revision
@@ -989,11 +990,9 @@ impl Mirror {
                         self.apply_put(kv, rev);
                     }
                 }
-                WatchEvent::Delete { key, prev, .. } => {
+                WatchEvent::Delete { key, .. } => {
                     if self.keeps(&key) {
-                        if let Some(seen) = self.view.remove(&key) {
-                            // etcd's prev kv, unless it is not this key's.
-                            let last_seen = prev.filter(|p| p.key == key).unwrap_or(seen);
+                        if let Some(last_seen) = self.view.remove(&key) {
                             self.change(Change::Deleted {
                                 key,
                                 last_seen,

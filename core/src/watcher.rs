@@ -3,12 +3,12 @@
 //! a [`Mirror`](crate::mirror) of the prefix.
 //!
 //! Start: range the prefix, emit a synthetic `Up` per host, then `Synced`,
-//! then watch from the range's revision + 1 with prev kv. A put of a new
+//! then watch from the range's revision + 1. A put of a new
 //! host is `Up`; a put that changes a known host's value or lease is
 //! `Updated` (so is a key found deleted and created again by a re-list, a
 //! new create revision); an identical re-put is nothing; a delete of a
-//! known host is `Down` with the last-seen kv (from prev kv, else from the
-//! view).
+//! known host is `Down` with the last-seen kv: the view's, the kv of the
+//! last change reported.
 //!
 //! Broken, silent and compacted streams are the mirror's business: resumed
 //! from the last revision seen + 1, or re-listed with the difference

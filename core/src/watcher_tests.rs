@@ -568,6 +568,31 @@ fn an_identical_re_put_changes_neither_events_nor_view() {
     assert!(drain(&mut m).is_empty());
     assert_eq!(m.view(), before);
     assert_eq!(m.revision(), Revision(30));
+    // Its delete: `Down` carries the kv its events gave (revision 3), not
+    // the re-put etcd's prev kv would name (revision 30).
+    message(
+        &mut m,
+        6,
+        2,
+        MessageKind::Events,
+        vec![WatchEvent::Delete {
+            key: key("a"),
+            revision: Revision(31),
+            prev: Some(KeyValue {
+                create_revision: Revision(3),
+                ..kv("a", "A", 30, 7)
+            }),
+        }],
+        31,
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Down {
+            host: "a".into(),
+            last_seen: kv("a", "A", 3, 7),
+            revision: Revision(31)
+        })]
+    );
 }
 
 #[test]

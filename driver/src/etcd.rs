@@ -351,7 +351,6 @@ impl EtcdApi for Client {
     ) -> Result<(Watching, WatchResponses), EtcdError> {
         let mut opts = WatchOptions::new()
             .with_start_revision(start_revision.0)
-            .with_prev_key()
             .with_progress_notify();
         if prefix {
             opts = opts.with_prefix();
