@@ -417,6 +417,26 @@ struct WatcherHost<M> {
     clock: Clock,
 }
 
+impl<M> WatcherHost<M> {
+    /// Hands the consumer, in order, as many waiting events as its buffer
+    /// takes now; the rest wait. A consumer gone takes nothing more.
+    fn flush(&mut self) {
+        while let Some(event) = self.outbox.pop_front() {
+            match self.events.try_send(event) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(event)) => {
+                    self.outbox.push_front(event);
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.outbox.clear();
+                    return;
+                }
+            }
+        }
+    }
+}
+
 impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost<M> {
     type Request = ();
 
@@ -522,16 +542,10 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
             HostEvent::Retrying { .. } => ("retrying", None),
         };
         crate::telemetry::watcher_event(kind, revision);
-        if self.outbox.is_empty() {
-            // Straight to the consumer when it has room: no turn of the
-            // run loop per event.
-            match self.events.try_send(out) {
-                Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-                Err(mpsc::error::TrySendError::Full(out)) => self.outbox.push_back(out),
-            }
-        } else {
-            self.outbox.push_back(out);
-        }
+        self.outbox.push_back(out);
+        // Straight to the consumer when it has room: no turn of the run
+        // loop per event.
+        self.flush();
     }
 
     fn drained(&mut self, machine: &Watcher) {
@@ -551,29 +565,17 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
         if self.outbox.is_empty() {
             return std::future::pending().await;
         }
-        match self.events.reserve().await {
-            Ok(permit) => {
-                if let Some(event) = self.outbox.pop_front() {
-                    permit.send(event);
-                }
-                // Then whatever else fits, without waiting.
-                while let Some(event) = self.outbox.pop_front() {
-                    match self.events.try_send(event) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(event)) => {
-                            self.outbox.push_front(event);
-                            return;
-                        }
-                        Err(mpsc::error::TrySendError::Closed(_)) => {
-                            self.outbox.clear();
-                            return;
-                        }
-                    }
-                }
-            }
+        let Ok(permit) = self.events.reserve().await else {
             // The consumer is gone: nobody to watch for.
-            Err(_) => self.outbox.clear(),
+            self.outbox.clear();
+            return;
+        };
+        match self.outbox.pop_front() {
+            Some(event) => permit.send(event),
+            None => drop(permit),
         }
+        // Then whatever else fits, without waiting.
+        self.flush();
     }
 }
 
