@@ -305,6 +305,11 @@ impl Contender {
         matches!(self.state, State::Done) && self.requests.is_empty()
     }
 
+    /// True while the campaign waits for a lease to join with.
+    pub(crate) fn is_pending(&self) -> bool {
+        matches!(self.state, State::Pending)
+    }
+
     /// True if outputs wait to be drained.
     pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()

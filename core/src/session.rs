@@ -13,7 +13,7 @@
 //! campaign asked for while the session has no lease waits for the next
 //! one. Close ends every campaign, then revokes the lease.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use crate::backoff::BackoffConfig;
@@ -386,18 +386,29 @@ impl Session {
 
     /// Starts every pending campaign that may join: the session holds a
     /// lease, and no earlier campaign on its name is still leaving (their
-    /// keys are the same).
+    /// keys are the same). Runs after every input: linear in campaigns
+    /// when none is pending, `n log n` when one is.
     fn start_ready(&mut self, now: Instant) {
         let Some(lease) = self.engine.lease() else {
             return;
         };
-        let mut taken: Vec<Key> = Vec::new();
-        for c in self.elections.values_mut() {
-            if taken.contains(c.name()) {
-                continue;
+        if !self.elections.values().any(Contender::is_pending) {
+            return;
+        }
+        // The first campaign on each name, in id order, is the one that
+        // may join.
+        let mut named: BTreeSet<&Key> = BTreeSet::new();
+        let ready: Vec<ElectionId> = self
+            .elections
+            .iter()
+            .filter(|(_, c)| named.insert(c.name()))
+            .filter(|(_, c)| c.is_pending())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ready {
+            if let Some(c) = self.elections.get_mut(&id) {
+                c.lease_ready(now, lease, &mut self.ids);
             }
-            taken.push(c.name().clone());
-            c.lease_ready(now, lease, &mut self.ids);
         }
     }
 

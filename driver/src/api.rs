@@ -102,9 +102,9 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
     fn txn(&self, txn: Txn) -> impl Future<Output = Result<TxnResponse, EtcdError>> + Send;
 
     /// Watches `key` (every key under it, with `prefix`) from
-    /// `start_revision`, with prev kv. The first message is `Created`; a
-    /// compacted start revision ends the stream with
-    /// `EtcdError::Compacted`.
+    /// `start_revision`, without prev kv (coord never reads it). The first
+    /// message is `Created`; a compacted start revision ends the stream
+    /// with `EtcdError::Compacted`.
     fn watch(
         &self,
         key: Vec<u8>,

@@ -174,6 +174,21 @@ impl<A: EtcdApi> Executor<A> {
         std::future::poll_fn(|cx| self.poll_watch(cx)).await
     }
 
+    /// A watch stream's message (or end) that is ready now, without
+    /// waiting.
+    pub(crate) async fn ready_watch(&mut self) -> Option<Completion> {
+        std::future::poll_fn(|cx| match self.poll_watch(cx) {
+            Poll::Ready(c) => Poll::Ready(Some(c)),
+            Poll::Pending => Poll::Ready(None),
+        })
+        .await
+    }
+
+    /// How many watch streams are open (or opening).
+    pub(crate) fn watch_streams(&self) -> usize {
+        self.readers.len()
+    }
+
     fn poll_watch(&mut self, cx: &mut Context<'_>) -> Poll<Completion> {
         let after = self.last_read;
         let mut order: Vec<OpId> = self.readers.keys().copied().collect();

@@ -65,6 +65,40 @@ fn woke_late(deadline: Option<tokio::time::Instant>) -> bool {
     deadline.is_some_and(|at| tokio::time::Instant::now().saturating_duration_since(at) >= LATE)
 }
 
+/// The loop lets other tasks run at least once every this many turns.
+const YIELD_EVERY: u32 = 64;
+
+/// Whether `deadline` has come.
+fn is_due(deadline: Option<tokio::time::Instant>) -> bool {
+    deadline.is_some_and(|at| tokio::time::Instant::now() >= at)
+}
+
+/// Feeds the machine every completion that has already arrived, and at
+/// most one message per watch stream that is ready to be read (a stream
+/// that never stops cannot keep the loop here).
+async fn catch_up<A: EtcdApi, M: Machine>(
+    clock: &Clock,
+    machine: &mut M,
+    exec: &mut Executor<A>,
+    done: &mut mpsc::UnboundedReceiver<Completion>,
+) {
+    while let Ok(c) = done.try_recv() {
+        exec.arrived(&c);
+        if let Err(e) = machine.handle(clock.now(), M::Input::from(c)) {
+            warn!(error = ?e, "input refused");
+        }
+    }
+    for _ in 0..exec.watch_streams() {
+        let Some(c) = exec.ready_watch().await else {
+            break;
+        };
+        exec.arrived(&c);
+        if let Err(e) = machine.handle(clock.now(), M::Input::from(c)) {
+            warn!(error = ?e, "input refused");
+        }
+    }
+}
+
 /// Runs `machine` against `api` until it closes or every sender of
 /// `requests` is gone.
 pub(crate) async fn run<A, M, H>(
@@ -87,7 +121,15 @@ pub(crate) async fn run<A, M, H>(
     let mut last_silences = 0;
     let mut exec = Executor::new(api, done_tx);
     host.start(clock.now(), &mut machine);
+    let mut turns: u32 = 0;
     loop {
+        turns = turns.wrapping_add(1);
+        if turns % YIELD_EVERY == 0 {
+            // Input that never runs dry must not keep the tasks this loop
+            // relies on (a keep-alive stream's) from running. tokio's own
+            // budget does this too, but not every runtime has one.
+            tokio::task::yield_now().await;
+        }
         while let Some(output) = machine.poll() {
             match output {
                 Output::Command(c) => exec.execute(c),
@@ -106,6 +148,27 @@ pub(crate) async fn run<A, M, H>(
         }
         let deadline = machine.poll_timeout().map(|d| clock.to_runtime(d));
         let room = host.room();
+        // While the streams are not read (the consumer is behind), their
+        // silence proves nothing: the machine's timers (an unanswered
+        // progress probe) wait until they are read again, and the first
+        // message then read proves the stream alive.
+        if room && is_due(deadline) {
+            // A due deadline goes before any new input, so a busy loop
+            // (a thousand campaigns, a flood of events) cannot hold up a
+            // keep-alive. What already arrived goes first: an answer
+            // waiting to be read proves etcd alive, whatever the clock
+            // says.
+            if woke_late(deadline) {
+                // This process was not running (a GC pause, SIGSTOP):
+                // answers that arrived meanwhile could not be read yet.
+                tokio::time::sleep(CATCH_UP).await;
+            }
+            catch_up(&clock, &mut machine, &mut exec, &mut done).await;
+            if let Err(e) = machine.handle(clock.now(), M::timeout_input()) {
+                warn!(error = ?e, "input refused");
+            }
+            continue;
+        }
         let input = tokio::select! {
             biased;
             Some(c) = done.recv() => {
@@ -128,26 +191,8 @@ pub(crate) async fn run<A, M, H>(
                 exec.arrived(&c);
                 M::Input::from(c)
             }
-            // While the streams are not read (the consumer is behind), their
-            // silence proves nothing: the machine's timers (an unanswered
-            // progress probe) wait until they are read again, and the first
-            // message then read proves the stream alive.
-            () = sleep_until(deadline), if room => {
-                if woke_late(deadline) {
-                    // This process was not running (a GC pause, SIGSTOP):
-                    // answers that arrived meanwhile are taken first (a
-                    // deadline that passed while they could not be read
-                    // proves nothing about etcd), then the timeout, once.
-                    tokio::time::sleep(CATCH_UP).await;
-                    while let Ok(c) = done.try_recv() {
-                        exec.arrived(&c);
-                        if let Err(e) = machine.handle(clock.now(), M::Input::from(c)) {
-                            warn!(error = ?e, "input refused");
-                        }
-                    }
-                }
-                M::timeout_input()
-            }
+            // Due: handled at the top of the loop.
+            () = sleep_until(deadline), if room => continue,
         };
         if let Err(e) = machine.handle(clock.now(), input) {
             warn!(error = ?e, "input refused");

@@ -14,6 +14,8 @@
 pub mod api_checker;
 #[cfg(madsim)]
 pub mod bounds;
+#[cfg(all(madsim, test))]
+mod busy_loop_tests;
 #[cfg(madsim)]
 pub mod checker;
 #[cfg(madsim)]

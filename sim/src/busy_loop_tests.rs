@@ -1,0 +1,230 @@
+//! A run loop that always has input cannot hold up its timers: a watch
+//! stream that always has a message ready (each one costing a millisecond
+//! of the loop's time, as a real loop busy with a thousand campaigns did)
+//! must not delay the session's keep-alives, so the lease, and the
+//! leadership on it, is kept.
+//!
+//! Found on a real etcd: a pool's loop busy with a thousand campaigns sent
+//! its keep-alives up to 6.5 s apart instead of every 3.3 s, because a
+//! due timer waited for every other input to run dry, and once lost its
+//! 10 s lease.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::Duration;
+
+use coord::{
+    ElectionPool, EtcdApi, EtcdError, Granted, KeepAliveSender, LeaseId, Revision, SessionOptions,
+    WatchEvents, WatchMessage,
+};
+use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
+use coord_core::ClusterId;
+use madsim::net::Endpoint;
+use madsim::runtime::Handle;
+use madsim::time::Instant;
+
+use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use crate::server;
+
+/// The simulated etcd, whose watch streams never run dry, and which
+/// records when each keep-alive was sent.
+#[derive(Clone)]
+struct Flooding {
+    inner: SimEtcd,
+    sends: Arc<Mutex<Vec<Instant>>>,
+}
+
+struct RecordedKeeper {
+    inner: SimKeeper,
+    sends: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl KeepAliveSender for RecordedKeeper {
+    async fn send(&mut self) -> Result<(), EtcdError> {
+        self.sends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Instant::now());
+        self.inner.send().await
+    }
+}
+
+type Next =
+    Pin<Box<dyn Future<Output = (SimWatchEvents, Option<Result<WatchMessage, EtcdError>>)> + Send>>;
+
+fn next_of(mut events: SimWatchEvents) -> Next {
+    Box::pin(async move {
+        let m = events.next().await;
+        (events, m)
+    })
+}
+
+/// The real stream's messages as they come; whenever it has none ready, a
+/// true progress notification (every event up to the last revision seen
+/// was sent), after a millisecond of the loop's time.
+struct Flood {
+    next: Option<Next>,
+    last: Option<(Revision, ClusterId)>,
+}
+
+impl WatchEvents for Flood {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        let mut pending = self.next.take()?;
+        let ready = match self.last {
+            // Nothing seen yet: wait for `Created`.
+            None => Some(pending.as_mut().await),
+            Some(_) => {
+                std::future::poll_fn(|cx| match pending.as_mut().poll(cx) {
+                    Poll::Ready(r) => Poll::Ready(Some(r)),
+                    Poll::Pending => Poll::Ready(None),
+                })
+                .await
+            }
+        };
+        match (ready, self.last) {
+            (Some((events, message)), _) => {
+                if let Some(Ok(m)) = &message {
+                    self.last = Some((m.revision, m.cluster));
+                    self.next = Some(next_of(events));
+                }
+                message
+            }
+            (None, Some((revision, cluster))) => {
+                self.next = Some(pending);
+                madsim::time::advance(Duration::from_millis(1));
+                Some(Ok(WatchMessage {
+                    kind: MessageKind::Progress,
+                    events: Vec::new(),
+                    revision,
+                    cluster,
+                }))
+            }
+            (None, None) => None,
+        }
+    }
+}
+
+impl EtcdApi for Flooding {
+    type Keeper = RecordedKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = Flood;
+
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        self.inner.range(request).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        self.inner.txn(txn).await
+    }
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start: Revision,
+    ) -> Result<(SimWatchControl, Flood), EtcdError> {
+        let (control, events) = self.inner.watch(key, prefix, start).await?;
+        Ok((
+            control,
+            Flood {
+                next: Some(next_of(events)),
+                last: None,
+            },
+        ))
+    }
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.inner.lease_grant(ttl_secs).await
+    }
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.inner.lease_revoke(lease).await
+    }
+    async fn lease_keep_alive(
+        &self,
+        lease: LeaseId,
+    ) -> Result<(RecordedKeeper, SimReplies), EtcdError> {
+        let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
+        let keeper = RecordedKeeper {
+            inner: keeper,
+            sends: Arc::clone(&self.sends),
+        };
+        Ok((keeper, replies))
+    }
+    fn probe_hub(&self) -> Option<coord::ProbeHub> {
+        self.inner.probe_hub()
+    }
+}
+
+#[test]
+fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(5, madsim::Config::default());
+    let outcome = rt.block_on(async {
+        let handle = Handle::current();
+        let start = Instant::now();
+        let etcd_addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
+        let etcd = server::new_state();
+        let etcd_node = handle.create_node().name("etcd").ip(etcd_addr.ip()).build();
+        let Ok(Ok(ep)) = etcd_node.spawn(Endpoint::bind(etcd_addr)).await else {
+            return Err("etcd's endpoint".to_string());
+        };
+        etcd_node.spawn(server::serve(etcd.clone(), ep.clone(), start));
+        etcd_node.spawn(server::lessor(etcd.clone(), start));
+        etcd_node.spawn(server::flush_watches(etcd, ep));
+        let client = handle
+            .create_node()
+            .name("pool")
+            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
+            .build();
+        let run = client.spawn(async move {
+            let inner = SimEtcd::connect(etcd_addr, 1, ClientLog::new(start))
+                .await
+                .map_err(|e| e.to_string())?;
+            let api = Flooding {
+                inner,
+                sends: Arc::default(),
+            };
+            let opts = SessionOptions {
+                ttl: Duration::from_secs(10),
+                seed: Some(5),
+                ..SessionOptions::default()
+            };
+            let pool = ElectionPool::new(api.clone(), opts)
+                .await
+                .map_err(|e| e.to_string())?;
+            let election = pool.election("flood").map_err(|e| e.to_string())?;
+            let leadership = election.campaign("me").await.map_err(|e| e.to_string())?;
+            madsim::time::sleep(Duration::from_secs(40)).await;
+            let sends = api
+                .sends
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            Ok((leadership.is_leader(), pool.stats().heals, sends))
+        });
+        run.await.map_err(|e| format!("{e:?}"))?
+    });
+    let (leader, heals, sends) = match outcome {
+        Ok(o) => o,
+        Err(e) => panic!("the run failed: {e}"),
+    };
+    assert!(leader, "the leadership was lost");
+    assert_eq!(heals, 0, "the lease was lost");
+    // A keep-alive every 10 s / 3 (the default refresh), on time: 12 in
+    // 40 s. The stream's task sends it once it runs: the loop lets other
+    // tasks run every 64 turns (64 ms of its time here), and madsim then
+    // picks one ready task at random, so a send may wait a few of those.
+    assert!(
+        sends.len() >= 11,
+        "only {} keep-alives in 40 s",
+        sends.len()
+    );
+    let refresh = Duration::from_secs(10) / 3;
+    for pair in sends.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap <= refresh + Duration::from_secs(1),
+            "keep-alives {gap:?} apart (refresh {refresh:?})"
+        );
+    }
+}
