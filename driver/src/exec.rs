@@ -258,16 +258,6 @@ impl<A: EtcdApi> Executor<A> {
         }
     }
 
-    /// Stops every request and stream.
-    pub(crate) fn abort_all(&mut self) {
-        self.requests.abort_all();
-        self.streams.abort_all();
-        self.keep_alives.clear();
-        self.unanswered.clear();
-        self.watches.clear();
-        self.readers.clear();
-    }
-
     pub(crate) fn execute(&mut self, command: Command) {
         match command {
             Command::Grant { op, ttl_secs } => {

@@ -198,6 +198,8 @@ pub(crate) async fn run<A, M, H>(
             warn!(error = ?e, "input refused");
         }
     }
-    exec.abort_all();
+    // Every request and stream still running is stopped (dropping the
+    // executor aborts its tasks) before the host hears the loop ended.
+    drop(exec);
     host.ended(&machine);
 }

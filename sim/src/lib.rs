@@ -45,6 +45,8 @@ pub mod runner;
 pub mod schedule;
 #[cfg(madsim)]
 pub mod server;
+#[cfg(all(madsim, test))]
+mod task_leak_tests;
 #[cfg(madsim)]
 pub mod watcher_checker;
 #[cfg(madsim)]

@@ -999,7 +999,10 @@ fn the_real_sessions_heal_in_time() {
 /// [`leader_changes_case`], where the retry due when etcd answers again is
 /// the backoff's (across random seeds it is hard to see: most of a
 /// session's heal is the prober's interval and round trips, which the
-/// backoff does not slow).
+/// backoff does not slow). A run of that case shows it once at most (one
+/// retry landing past its bound), in about 3 of 4 of its seeds, and which
+/// seeds moves with any change in the run loop's scheduling: the first
+/// of 10 seeds must catch it.
 #[test]
 fn every_session_heal_path_run_twice_as_slow_is_caught() {
     let invariants = [Invariant::SessionHealOnTime, Invariant::SessionLeaseLives];
@@ -1009,12 +1012,22 @@ fn every_session_heal_path_run_twice_as_slow_is_caught() {
         "SessionRefresh twice as slow went unnoticed"
     );
     println!("SessionRefresh: caught by seed {seed:?}");
-    assert_caught_on(
-        &leader_changes_case(),
-        "leader changes",
-        Slowed::SessionBackoff,
-        &invariants,
+    let seed = (1..=10).find(|seed| {
+        let case = Case {
+            seed: *seed,
+            ..leader_changes_case()
+        };
+        let r = run_case_with(&case, Slowed::SessionBackoff);
+        r.verdict
+            .violations
+            .iter()
+            .any(|v| invariants.contains(&v.invariant))
+    });
+    assert!(
+        seed.is_some(),
+        "SessionBackoff twice as slow went unnoticed on leader changes (seeds 1-10)"
     );
+    println!("SessionBackoff on leader changes: caught by seed {seed:?}");
 }
 
 /// Observers that see a leader's key deleted a second late report the
