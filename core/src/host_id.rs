@@ -44,11 +44,15 @@ pub fn validate_host_id(id: &str) -> Result<(), HostIdError> {
     if id == "." || id.contains("..") {
         return Err(HostIdError::DotSegment);
     }
-    if let Some((at, _)) = id
-        .char_indices()
-        .find(|(_, c)| c.is_whitespace() || c.is_control())
-    {
+    if let Some(at) = first_bad_character(id) {
         return Err(HostIdError::BadCharacter { at });
     }
     Ok(())
+}
+
+/// The byte offset of the first whitespace or control character in `s`.
+pub(crate) fn first_bad_character(s: &str) -> Option<usize> {
+    s.char_indices()
+        .find(|(_, c)| c.is_whitespace() || c.is_control())
+        .map(|(at, _)| at)
 }

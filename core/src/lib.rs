@@ -36,6 +36,8 @@
 //!   converges to etcd's truth, and the events that explain it.
 //! - [`observer::Observer`]: every change of an election's leader.
 //! - [`backoff::Backoff`]: retry pacing shared by every machine.
+//! - [`lock`]: the lock family's pure parts (names, file markers and
+//!   their verdict, an in-process lock table).
 //!
 //! Every machine takes the commands and completions of [`io`] and
 //! implements [`Machine`], so one driver loop runs them all.
@@ -50,6 +52,7 @@ pub mod io;
 pub mod kv;
 pub mod lease;
 pub mod liveness;
+pub mod lock;
 pub mod machine;
 pub mod mirror;
 pub mod observer;

@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod liveness;
+pub mod lock;
 pub mod probe;
 pub mod session;
 pub mod watcher;

@@ -77,3 +77,13 @@ fn probe_corpus_and_random_smoke() {
     assert!(reach.milestones > 5_000, "{reach:?}");
     eprintln!("REACH {reach:?}");
 }
+
+#[test]
+fn lock_corpus_and_random_smoke() {
+    assert!(replay("lock", coord_fuzz::lock::run) > 0);
+    let reach = random_inputs(5, 20_000, coord_fuzz::lock::run);
+    // Not vacuous: table steps, acquires and verdicts that take over.
+    assert!(reach.steps > 500_000, "{reach:?}");
+    assert!(reach.milestones > 100_000, "{reach:?}");
+    eprintln!("REACH {reach:?}");
+}
