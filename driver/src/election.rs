@@ -329,6 +329,12 @@ impl Leadership {
         ended(&self.phase).await
     }
 
+    /// True once the leadership has ended (lost, or resigned): `lost()`
+    /// would complete at once.
+    pub fn has_ended(&self) -> bool {
+        self.phase.borrow().is_over()
+    }
+
     /// Replaces the leader's value, only while the key still has the
     /// token as its create revision (`Error::NotLeader` otherwise).
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), Error> {

@@ -67,6 +67,7 @@ mod error;
 pub mod etcd;
 mod exec;
 pub mod liveness;
+pub mod lock;
 pub mod metadata;
 pub mod mutex;
 mod observe;

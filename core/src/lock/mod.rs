@@ -18,4 +18,4 @@ pub mod verdict;
 pub use marker::{Marker, MarkerError};
 pub use name::{validate_lock_name, LockNameError, MAX_LOCK_NAME_LEN};
 pub use table::{Grant, LockTable, Released, Slots, SlotsError};
-pub use verdict::{verdict, PidProbe, Strategy, Verdict};
+pub use verdict::{verdict, verdict_unreadable, PidProbe, Strategy, Verdict};

@@ -115,6 +115,19 @@ pub fn verdict(
     }
 }
 
+/// Judges a marker file that cannot be read as one (corrupt, foreign,
+/// half-written by a tool that does not write atomically): nothing can
+/// be told from it, so the stale window decides, as for an inconclusive
+/// pid (`TimeOnly` and `PidFirst` take it over once it is `stale_after`
+/// old; `PidOnly` never).
+pub fn verdict_unreadable(strategy: Strategy, age: Duration, stale_after: Duration) -> Verdict {
+    match strategy {
+        Strategy::PidOnly => Verdict::Inconclusive,
+        Strategy::PidFirst | Strategy::TimeOnly if age >= stale_after => Verdict::Stale,
+        Strategy::PidFirst | Strategy::TimeOnly => Verdict::Inconclusive,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +224,23 @@ mod tests {
             }
         }
         assert_eq!(cases, 3 * 2 * 2 * 7 * 4);
+    }
+
+    #[test]
+    fn an_unreadable_marker_is_judged_by_its_age_alone() {
+        let old = STALE;
+        let young = STALE - Duration::from_millis(1);
+        for strategy in [Strategy::PidFirst, Strategy::TimeOnly] {
+            assert_eq!(verdict_unreadable(strategy, old, STALE), Verdict::Stale);
+            assert_eq!(
+                verdict_unreadable(strategy, young, STALE),
+                Verdict::Inconclusive
+            );
+        }
+        assert_eq!(
+            verdict_unreadable(Strategy::PidOnly, old * 100, STALE),
+            Verdict::Inconclusive
+        );
     }
 
     #[test]

@@ -1,0 +1,320 @@
+//! One lock API over several backends, each with its own crash recovery
+//! and a fencing token from every one.
+//!
+//! | backend | released when the holder dies | `lost()` fires when |
+//! |---|---|---|
+//! | [`Locker::flock`] | the kernel closes the fd at exit | never (the kernel holds it while the process lives) |
+//! | [`Locker::file`] | a pid probe finds it dead, else the stale window passes | its marker was removed or replaced |
+//! | [`Locker::etcd`] | the session's lease expires (a TTL) | the lease or the key is lost |
+//! | [`Locker::memory`] | process exit (tests) | [`MemoryLocks::evict`] ends it |
+//!
+//! A [`Locker`] hands out [`Holder`]s for names (checked by
+//! [`validate_lock_name`] before anything is written). With
+//! [`Slots`] above 1 a name is a semaphore: that many holders at once,
+//! each in a slot of its own. Every hold has a [`FencingToken`] strictly
+//! greater than every earlier hold's under its name, across crashes and
+//! restarts of the clients (and of the backend, where it keeps its data).
+
+mod file;
+mod flock;
+mod memory;
+mod pid;
+mod wait;
+
+use std::time::Duration;
+
+pub use coord_core::lock::{
+    validate_lock_name, LockNameError, Released, Slots, SlotsError, Strategy, MAX_LOCK_NAME_LEN,
+};
+pub use coord_core::FencingToken;
+pub use file::{FileConfig, FileLocks, Swept};
+pub use flock::{FlockConfig, FlockLocks};
+pub use memory::MemoryLocks;
+
+use crate::election::MutexGuard;
+use crate::mutex::Mutex;
+use crate::session::Session;
+
+/// What a lock call can fail with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockError {
+    /// Every slot of the name is held (`try_acquire`).
+    #[error("the lock is held")]
+    Locked,
+    /// `acquire` waited its whole timeout.
+    #[error("timed out waiting for the lock")]
+    Timeout,
+    /// The hold ended without `release` (see [`Holder::lost`]).
+    #[error("the lock was lost: {0}")]
+    Lost(LockLost),
+    /// The name is not a lock name; nothing was written.
+    #[error(transparent)]
+    BadName(#[from] LockNameError),
+    /// The locker's options are out of range; nothing was written.
+    #[error("bad lock options: {0}")]
+    BadOptions(String),
+    /// The backend has no TTL to extend.
+    #[error("the {0} backend has no TTL to extend")]
+    NoTtl(&'static str),
+    /// The backend failed (I/O, etcd, a corrupt token file): the state of
+    /// the lock is as before the call.
+    #[error("{backend} backend: {message}")]
+    Backend {
+        /// Which backend.
+        backend: &'static str,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// Why a hold ended without its holder releasing it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LockLost {
+    /// Another process judged this holder dead or stale and took the lock
+    /// over, or an operator removed the marker or evicted the hold.
+    #[error("taken over or removed")]
+    TakenOver,
+    /// The etcd session's lease or the holder's key is gone.
+    #[error("etcd: {0:?}")]
+    Etcd(crate::Loss),
+}
+
+/// Hands out holds of names on one backend.
+#[derive(Debug, Clone)]
+pub struct Locker {
+    backend: Backend,
+    slots: Slots,
+}
+
+#[derive(Debug, Clone)]
+enum Backend {
+    Memory(MemoryLocks),
+    Flock(FlockLocks),
+    File(FileLocks),
+    Etcd { session: Session, prefix: String },
+}
+
+/// Prefix of the etcd backend's lock names by default: a lock `n` is
+/// etcd's `concurrency.Mutex` (and `etcdctl lock`) named `/coord/locks/n`.
+pub const DEFAULT_ETCD_PREFIX: &str = "/coord/locks/";
+
+impl Locker {
+    /// In-process locks (tests): `locks` is shared by every locker made
+    /// from it.
+    pub fn memory(locks: &MemoryLocks, slots: Slots) -> Locker {
+        Locker {
+            backend: Backend::Memory(locks.clone()),
+            slots,
+        }
+    }
+
+    /// `flock` locks in a directory (see [`FlockConfig`]).
+    pub fn flock(config: FlockConfig) -> Result<Locker, LockError> {
+        let slots = config.slots;
+        Ok(Locker {
+            backend: Backend::Flock(FlockLocks::new(config)?),
+            slots,
+        })
+    }
+
+    /// Marker-file locks in a directory (see [`FileConfig`]).
+    pub fn file(config: FileConfig) -> Result<Locker, LockError> {
+        let slots = config.slots;
+        Ok(Locker {
+            backend: Backend::File(FileLocks::open(config)?),
+            slots,
+        })
+    }
+
+    /// etcd locks on `session`: lock `n` is the [`Mutex`] named
+    /// `prefix + n`, shared with Go's `concurrency.Mutex` and `etcdctl
+    /// lock` under the same name (with slots, slot `i` above 0 is the
+    /// mutex `prefix + ".slots/" + n + "/" + i`). Holds end with the
+    /// session's lease.
+    pub fn etcd(session: &Session, prefix: &str, slots: Slots) -> Locker {
+        Locker {
+            backend: Backend::Etcd {
+                session: session.clone(),
+                prefix: prefix.to_string(),
+            },
+            slots,
+        }
+    }
+
+    /// The slots per name.
+    pub fn slots(&self) -> Slots {
+        self.slots
+    }
+
+    /// A free slot of `name` now, or `LockError::Locked`; never waits
+    /// for a holder (one round trip for etcd).
+    pub async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+        validate_lock_name(name)?;
+        match &self.backend {
+            Backend::Memory(m) => m.try_acquire(name, self.slots),
+            Backend::Flock(f) => f.try_acquire(name),
+            Backend::File(f) => f.try_acquire(name),
+            Backend::Etcd { session, prefix } => {
+                for slot in 0..self.slots.get() {
+                    let mutex =
+                        Mutex::on(session, &etcd_name(prefix, name, slot)).map_err(etcd_error)?;
+                    match mutex.try_lock().await {
+                        Ok(guard) => return Ok(Holder::etcd(name, slot, guard)),
+                        // Held by someone, or by this session already.
+                        Err(crate::Error::Locked | crate::Error::AlreadyCampaigning { .. }) => {
+                            continue
+                        }
+                        Err(e) => return Err(etcd_error(e)),
+                    }
+                }
+                Err(LockError::Locked)
+            }
+        }
+    }
+
+    /// Waits for a slot of `name`, at most `timeout` if given
+    /// (`LockError::Timeout`). Cancel-safe: dropping the future gives up
+    /// (an etcd waiter withdraws its key). Backends without a wait queue
+    /// (memory, flock, file) try again at growing intervals, 5 ms up to
+    /// 100 ms, so a freed lock is taken within 100 ms; etcd queues.
+    pub async fn acquire(
+        &self,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Holder, LockError> {
+        validate_lock_name(name)?;
+        let wait = async {
+            match &self.backend {
+                Backend::Etcd { session, prefix } => {
+                    wait::etcd_slots(session, prefix, name, self.slots).await
+                }
+                _ => wait::polling(|| async { self.try_acquire(name).await }).await,
+            }
+        };
+        match timeout {
+            Some(t) => tokio::time::timeout(t, wait)
+                .await
+                .unwrap_or(Err(LockError::Timeout)),
+            None => wait.await,
+        }
+    }
+}
+
+fn etcd_name(prefix: &str, name: &str, slot: u32) -> String {
+    if slot == 0 {
+        format!("{prefix}{name}")
+    } else {
+        // Not under slot 0's queue (`prefix + name + "/"`), nor any
+        // other name's: lock names never start with '.'.
+        format!("{prefix}.slots/{name}/{slot}")
+    }
+}
+
+fn etcd_error(e: crate::Error) -> LockError {
+    match e {
+        crate::Error::Locked => LockError::Locked,
+        crate::Error::Timeout => LockError::Timeout,
+        e => LockError::Backend {
+            backend: "etcd",
+            message: e.to_string(),
+        },
+    }
+}
+
+/// One hold of a name: its slot and fencing token, `release`, and `lost`.
+/// Dropping a holder releases it (in the background for etcd; at once
+/// for the others).
+#[derive(Debug)]
+pub struct Holder {
+    name: String,
+    slot: u32,
+    token: FencingToken,
+    hold: Hold,
+}
+
+#[derive(Debug)]
+enum Hold {
+    Memory(memory::MemoryHold),
+    Flock(flock::FlockHold),
+    File(file::FileHold),
+    Etcd(Option<MutexGuard>),
+}
+
+impl Holder {
+    fn etcd(name: &str, slot: u32, guard: MutexGuard) -> Holder {
+        Holder {
+            name: name.to_string(),
+            slot,
+            token: guard.fence(),
+            hold: Hold::Etcd(Some(guard)),
+        }
+    }
+
+    /// The name held.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The slot held (0 for a mutex).
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
+    /// The fencing token: strictly greater than every earlier hold's of
+    /// this name. Give it to whatever the lock protects, which refuses
+    /// writes with an older token.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// Releases the hold. Idempotent: `Released` the first time it really
+    /// released it, `AlreadyGone` when it was released before, or lost
+    /// (taken over, expired) meanwhile.
+    pub async fn release(&mut self) -> Result<Released, LockError> {
+        match &mut self.hold {
+            Hold::Memory(h) => Ok(h.release()),
+            Hold::Flock(h) => Ok(h.release()),
+            Hold::File(h) => h.release(),
+            Hold::Etcd(guard) => match guard.take() {
+                None => Ok(Released::AlreadyGone),
+                Some(g) if g.has_ended() => Ok(Released::AlreadyGone),
+                Some(g) => g
+                    .unlock()
+                    .await
+                    .map(|()| Released::Released)
+                    .map_err(etcd_error),
+            },
+        }
+    }
+
+    /// Keeps a hold with a TTL alive now (a file lock refreshes its
+    /// marker; etcd's session does it in the background, so this only
+    /// checks the hold is still there). `LockError::NoTtl` for flock and
+    /// memory, whose holds last as long as the holder; `LockError::Lost`
+    /// if the hold is gone.
+    pub async fn extend(&mut self) -> Result<(), LockError> {
+        match &mut self.hold {
+            Hold::Memory(_) => Err(LockError::NoTtl("memory")),
+            Hold::Flock(_) => Err(LockError::NoTtl("flock")),
+            Hold::File(h) => h.refresh(),
+            Hold::Etcd(Some(g)) if !g.has_ended() => Ok(()),
+            Hold::Etcd(_) => Err(LockError::Lost(LockLost::TakenOver)),
+        }
+    }
+
+    /// Completes when the hold is lost without `release`: taken over,
+    /// removed, expired. Never completes for flock (the kernel holds the
+    /// lock while the process lives) or after `release`.
+    pub async fn lost(&self) -> LockLost {
+        match &self.hold {
+            Hold::Memory(h) => h.lost().await,
+            Hold::Flock(_) | Hold::Etcd(None) => std::future::pending().await,
+            Hold::File(h) => h.lost().await,
+            Hold::Etcd(Some(g)) => match g.lost().await {
+                Some(loss) => LockLost::Etcd(loss),
+                // Released: nothing more can happen.
+                None => std::future::pending().await,
+            },
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! The lock family (issue 12), backend by backend: exclusion, tokens,
+//! release, `lost()`, and each backend's crash recovery. Child processes
+//! stand for holders that die (kill -9).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::{Duration, SystemTime};
+
+use coord::lock::{
+    FileConfig, FileLocks, FlockConfig, LockError, LockLost, Locker, MemoryLocks, Released, Slots,
+    Strategy,
+};
+use coord::Session;
+use coord_core::lock::Marker;
+use coord_tests::etcd::EtcdCluster;
+use coord_tests::init_tracing;
+use coord_tests::queue::session_opts;
+
+/// Generous for a loaded 2-core machine.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Exclusion, increasing tokens, idempotent release, waiting with and
+/// without a timeout: the same contract on every backend.
+async fn the_contract(a: &Locker, b: &Locker) {
+    let mut first = a.try_acquire("job").await.unwrap();
+    assert_eq!(b.try_acquire("job").await.err(), Some(LockError::Locked));
+    assert_eq!(
+        b.acquire("job", Some(Duration::from_millis(300)))
+            .await
+            .err(),
+        Some(LockError::Timeout)
+    );
+    // Another name is another lock.
+    let other = b.try_acquire("other").await.unwrap();
+    assert_eq!(first.release().await, Ok(Released::Released));
+    assert_eq!(first.release().await, Ok(Released::AlreadyGone));
+    let second = b.acquire("job", Some(DEADLINE)).await.unwrap();
+    assert!(
+        second.token() > first.token(),
+        "{:?} then {:?}",
+        first.token(),
+        second.token()
+    );
+    // A waiter gets the lock once it is released.
+    let waiter = {
+        let a = a.clone();
+        tokio::spawn(async move { a.acquire("job", Some(DEADLINE)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished(), "a waiter got a held lock");
+    let second_token = second.token();
+    drop(second);
+    let third = waiter.await.unwrap().unwrap();
+    assert!(third.token() > second_token);
+    drop(other);
+    // Bad names: refused before anything is written.
+    for bad in ["", "a/b", ".hidden", "a b"] {
+        assert!(
+            matches!(a.try_acquire(bad).await, Err(LockError::BadName(_))),
+            "{bad:?}"
+        );
+    }
+}
+
+/// A semaphore of 2: two holders, the third refused, slots 0 and 1.
+async fn two_slots(a: &Locker, b: &Locker) {
+    let mut x = a.try_acquire("sem").await.unwrap();
+    let y = b.try_acquire("sem").await.unwrap();
+    assert_eq!(
+        (x.slot(), y.slot()),
+        (0, 1),
+        "slots {} and {}",
+        x.slot(),
+        y.slot()
+    );
+    assert!(y.token() > x.token());
+    assert_eq!(a.try_acquire("sem").await.err(), Some(LockError::Locked));
+    assert_eq!(x.release().await, Ok(Released::Released));
+    let z = a.try_acquire("sem").await.unwrap();
+    assert_eq!(z.slot(), 0);
+    assert!(z.token() > y.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_locks_keep_the_contract_and_an_eviction_is_lost() {
+    let locks = MemoryLocks::new();
+    let a = Locker::memory(&locks, Slots::ONE);
+    let b = Locker::memory(&locks, Slots::ONE);
+    the_contract(&a, &b).await;
+    let two = Slots::new(2).unwrap();
+    two_slots(&Locker::memory(&locks, two), &Locker::memory(&locks, two)).await;
+    let mut held = a.try_acquire("evicted").await.unwrap();
+    assert!(locks.evict("evicted", 0));
+    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
+    assert_eq!(lost, LockLost::TakenOver);
+    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
+    assert_eq!(held.extend().await.err(), Some(LockError::NoTtl("memory")));
+}
+
+fn flock_locker(dir: &Path, slots: u32) -> Locker {
+    Locker::flock(FlockConfig {
+        dir: dir.to_path_buf(),
+        slots: Slots::new(slots).unwrap(),
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flock_locks_keep_the_contract_and_tokens_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    the_contract(&flock_locker(dir.path(), 1), &flock_locker(dir.path(), 1)).await;
+    two_slots(&flock_locker(dir.path(), 2), &flock_locker(dir.path(), 2)).await;
+    // A new locker on the same directory (a restarted process) goes on
+    // from the last token.
+    let before = flock_locker(dir.path(), 1)
+        .try_acquire("job")
+        .await
+        .unwrap();
+    let last = before.token();
+    drop(before);
+    let after = flock_locker(dir.path(), 1)
+        .try_acquire("job")
+        .await
+        .unwrap();
+    assert!(after.token() > last);
+    let mut after = after;
+    assert_eq!(after.extend().await.err(), Some(LockError::NoTtl("flock")));
+    // A corrupt counter is reported, never guessed past.
+    drop(after);
+    fs::write(dir.path().join("job.token"), "not a number").unwrap();
+    let e = flock_locker(dir.path(), 1).try_acquire("job").await.err();
+    assert!(
+        matches!(
+            e,
+            Some(LockError::Backend {
+                backend: "flock",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(
+        Locker::flock(FlockConfig::new(dir.path().join("missing"))),
+        Err(LockError::Backend { .. })
+    ));
+}
+
+/// A process that holds `<dir>/job.lock` with flock(1) until killed: a
+/// shell that locks its fd 9 and becomes `sleep` (the same process, so
+/// killing it closes the fd).
+fn flock_holder(dir: &Path) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg("exec 9>>\"$0\" && flock 9 && exec sleep 600")
+        .arg(dir.join("job.lock"))
+        .spawn()
+        .expect("sh and flock(1) from util-linux")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flock_holder_killed_9_frees_the_lock_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let locker = flock_locker(dir.path(), 1);
+    let mut holder = flock_holder(dir.path());
+    // Wait until the child holds it.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        match locker.try_acquire("job").await {
+            Err(LockError::Locked) => break,
+            Ok(h) => drop(h),
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "flock(1) never locked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.acquire("job", Some(DEADLINE)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished());
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let held = waiter.await.unwrap().unwrap();
+    assert_eq!(held.slot(), 0);
+}
+
+fn file_config(dir: &Path) -> FileConfig {
+    FileConfig {
+        stale_after: Duration::from_secs(3),
+        ..FileConfig::new(dir)
+    }
+}
+
+fn file_locker(config: FileConfig) -> Locker {
+    Locker::file(config).unwrap()
+}
+
+/// Writes a marker as another holder would have.
+fn plant(dir: &Path, file: &str, pid: u32, start_time: Option<u64>, host: &str, age: Duration) {
+    let marker = Marker {
+        pid,
+        start_time,
+        host: host.into(),
+        acquired_ms: 1,
+        token: 1,
+    };
+    let path = dir.join(file);
+    fs::write(&path, marker.encode().unwrap()).unwrap();
+    let f = fs::File::options().write(true).open(&path).unwrap();
+    f.set_modified(SystemTime::now() - age).unwrap();
+}
+
+/// The pid of a process that has exited (and was reaped).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_locks_keep_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = file_locker(file_config(dir.path()));
+    let b = file_locker(file_config(dir.path()));
+    the_contract(&a, &b).await;
+    let two = FileConfig {
+        slots: Slots::new(2).unwrap(),
+        ..file_config(dir.path())
+    };
+    two_slots(&file_locker(two.clone()), &file_locker(two)).await;
+    // Bad options: refused.
+    for bad in [Duration::from_millis(10), Duration::from_secs(86_401)] {
+        let e = Locker::file(FileConfig {
+            stale_after: bad,
+            ..file_config(dir.path())
+        });
+        assert!(matches!(e, Err(LockError::BadOptions(_))), "{bad:?}");
+    }
+    let e = Locker::file(FileConfig {
+        host: Some("two words".into()),
+        ..file_config(dir.path())
+    });
+    assert!(matches!(e, Err(LockError::BadOptions(_))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_markers_are_judged_by_pid_then_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = "this-host".to_string();
+    let config = FileConfig {
+        host: Some(here.clone()),
+        ..file_config(dir.path())
+    };
+    let locker = file_locker(config.clone());
+    let fresh = Duration::ZERO;
+    let old = Duration::from_secs(60);
+    let me = std::process::id();
+    let my_start = fs::read_to_string(format!("/proc/{me}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s[s.rfind(')')? + 1..].to_string();
+            rest.split_whitespace().nth(19)?.parse::<u64>().ok()
+        })
+        .unwrap();
+    // (what, pid, start time, host, age, taken over?)
+    type Case<'a> = (&'a str, u32, Option<u64>, &'a str, Duration, bool);
+    let cases: Vec<Case> = vec![
+        (
+            "dead holder on this host",
+            dead_pid(),
+            Some(1),
+            &here,
+            fresh,
+            true,
+        ),
+        (
+            "live holder on this host",
+            me,
+            Some(my_start),
+            &here,
+            old,
+            false,
+        ),
+        ("pid reused", me, Some(my_start + 1), &here, fresh, true),
+        (
+            "no start time recorded, fresh",
+            me,
+            None,
+            &here,
+            fresh,
+            false,
+        ),
+        ("no start time recorded, old", me, None, &here, old, true),
+        (
+            "another host, fresh",
+            dead_pid(),
+            Some(1),
+            "elsewhere",
+            fresh,
+            false,
+        ),
+        (
+            "another host, old",
+            dead_pid(),
+            Some(1),
+            "elsewhere",
+            old,
+            true,
+        ),
+    ];
+    for (what, pid, start, host, age, taken) in cases {
+        plant(dir.path(), "m.held", pid, start, host, age);
+        let got = locker.try_acquire("m").await;
+        assert_eq!(got.is_ok(), taken, "{what}: {got:?}");
+        if let Ok(mut h) = got {
+            assert_eq!(h.release().await, Ok(Released::Released), "{what}");
+        }
+        let _ = fs::remove_file(dir.path().join("m.held"));
+    }
+    // PidOnly never takes over on age; TimeOnly never asks the pid.
+    let pid_only = file_locker(FileConfig {
+        strategy: Strategy::PidOnly,
+        ..config.clone()
+    });
+    plant(dir.path(), "m.held", dead_pid(), Some(1), "elsewhere", old);
+    assert_eq!(
+        pid_only.try_acquire("m").await.err(),
+        Some(LockError::Locked)
+    );
+    let time_only = file_locker(FileConfig {
+        strategy: Strategy::TimeOnly,
+        ..config.clone()
+    });
+    plant(dir.path(), "m.held", dead_pid(), Some(1), &here, fresh);
+    assert_eq!(
+        time_only.try_acquire("m").await.err(),
+        Some(LockError::Locked)
+    );
+    plant(dir.path(), "m.held", me, Some(my_start), &here, old);
+    assert!(time_only.try_acquire("m").await.is_ok());
+    // A corrupt marker: held while fresh, taken over once stale.
+    fs::write(dir.path().join("c.held"), b"\x00garbage").unwrap();
+    assert_eq!(locker.try_acquire("c").await.err(), Some(LockError::Locked));
+    let f = fs::File::options()
+        .write(true)
+        .open(dir.path().join("c.held"))
+        .unwrap();
+    f.set_modified(SystemTime::now() - old).unwrap();
+    assert!(locker.try_acquire("c").await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_marker_is_lost_and_released_as_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileConfig {
+        stale_after: Duration::from_millis(600),
+        ..file_config(dir.path())
+    };
+    let locker = file_locker(config);
+    let mut held = locker.try_acquire("r").await.unwrap();
+    assert_eq!(held.extend().await, Ok(()));
+    fs::remove_file(dir.path().join("r.held")).unwrap();
+    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
+    assert_eq!(lost, LockLost::TakenOver);
+    assert_eq!(
+        held.extend().await.err(),
+        Some(LockError::Lost(LockLost::TakenOver))
+    );
+    // Someone else's marker now: release leaves it alone.
+    let mut other = locker.try_acquire("r").await.unwrap();
+    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
+    assert!(dir.path().join("r.held").exists());
+    assert_eq!(other.release().await, Ok(Released::Released));
+    // A live holder keeps its marker fresh: never judged stale.
+    let kept = locker.try_acquire("k").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let elsewhere = file_locker(FileConfig {
+        host: Some("elsewhere".into()),
+        stale_after: Duration::from_millis(600),
+        ..file_config(dir.path())
+    });
+    assert_eq!(
+        elsewhere.try_acquire("k").await.err(),
+        Some(LockError::Locked)
+    );
+    drop(kept);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_removes_dead_markers_and_dead_semaphore_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = "this-host";
+    let locks = FileLocks::open(FileConfig {
+        host: Some(here.into()),
+        ..file_config(dir.path())
+    })
+    .unwrap();
+    let me = std::process::id();
+    plant(
+        dir.path(),
+        "s.held",
+        dead_pid(),
+        Some(1),
+        here,
+        Duration::ZERO,
+    );
+    plant(
+        dir.path(),
+        "s.held.1",
+        dead_pid(),
+        Some(1),
+        here,
+        Duration::ZERO,
+    );
+    plant(
+        dir.path(),
+        "s.held.2",
+        dead_pid(),
+        Some(1),
+        here,
+        Duration::ZERO,
+    );
+    plant(dir.path(), "live.held", me, None, here, Duration::ZERO);
+    fs::write(dir.path().join("unrelated.txt"), "x").unwrap();
+    let swept = locks.sweep().unwrap();
+    let names: Vec<String> = swept
+        .removed
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["s.held", "s.held.1", "s.held.2"]);
+    assert_eq!(swept.kept, 1);
+    assert!(dir.path().join("live.held").exists());
+    assert!(dir.path().join("unrelated.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn takers_racing_for_one_dead_marker_leave_one_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = FileConfig {
+        host: Some("this-host".into()),
+        ..file_config(dir.path())
+    };
+    for round in 0..30 {
+        plant(
+            dir.path(),
+            "race.held",
+            dead_pid(),
+            Some(1),
+            "this-host",
+            Duration::ZERO,
+        );
+        let takers: Vec<_> = (0..4)
+            .map(|_| {
+                let locker = file_locker(config.clone());
+                tokio::spawn(async move { locker.try_acquire("race").await })
+            })
+            .collect();
+        let mut won = Vec::new();
+        for t in takers {
+            if let Ok(h) = t.await.unwrap() {
+                won.push(h);
+            }
+        }
+        assert_eq!(won.len(), 1, "round {round}: {} holders", won.len());
+        drop(won);
+        assert!(!dir.path().join("race.held").exists());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_locks_keep_the_contract() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let client = etcd.client().await;
+    let sa = Session::new(client.clone(), session_opts(5)).await.unwrap();
+    let sb = Session::new(client.clone(), session_opts(5)).await.unwrap();
+    let a = Locker::etcd(&sa, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE);
+    let b = Locker::etcd(&sb, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE);
+    the_contract(&a, &b).await;
+    let two = Slots::new(2).unwrap();
+    two_slots(
+        &Locker::etcd(&sa, coord::lock::DEFAULT_ETCD_PREFIX, two),
+        &Locker::etcd(&sb, coord::lock::DEFAULT_ETCD_PREFIX, two),
+    )
+    .await;
+    // The session's lease revoked from outside: the hold is lost.
+    let held = a.try_acquire("lease").await.unwrap();
+    client
+        .clone()
+        .lease_revoke(sa.lease_id().unwrap().0)
+        .await
+        .unwrap();
+    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
+    assert!(matches!(lost, LockLost::Etcd(_)), "{lost:?}");
+}
