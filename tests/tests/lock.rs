@@ -502,3 +502,121 @@ async fn etcd_locks_keep_the_contract() {
     let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
     assert!(matches!(lost, LockLost::Etcd(_)), "{lost:?}");
 }
+
+const WORKER: &str = env!("CARGO_BIN_EXE_coord-lock-worker");
+
+/// Four worker processes take turns 50 times each: the counter they
+/// increment without atomicity of their own ends at 200, and the tokens,
+/// in the order the holds were logged, strictly increase.
+async fn handoffs(backend: &str, place: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("counter");
+    let log = dir.path().join("log");
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::process::Command::new(WORKER)
+                .args([backend, place, "handoff", "rounds", "50"])
+                .arg(&counter)
+                .arg(&log)
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut w in workers {
+        let status = tokio::time::timeout(Duration::from_secs(300), w.wait())
+            .await
+            .expect("a worker never finished")
+            .unwrap();
+        assert!(status.success(), "{backend}: a worker failed: {status}");
+    }
+    let count: u64 = fs::read_to_string(&counter)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(count, 200, "{backend}: lost updates, exclusion broken");
+    let tokens: Vec<i64> = fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 200);
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "{backend}: tokens not increasing: {tokens:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_hand_a_flock_or_file_lock_over_200_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let place = dir.path().to_str().unwrap();
+    handoffs("flock", place).await;
+    handoffs("file", place).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_hand_an_etcd_lock_over_200_times() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    handoffs("etcd", &etcd.endpoints()[0]).await;
+}
+
+/// A worker holding `name` is killed -9; returns how long the next
+/// acquirer (`locker`) waited after the kill.
+async fn killed_holder(backend: &str, place: &str, locker: &Locker) -> Duration {
+    let mut holder = tokio::process::Command::new(WORKER)
+        .args([backend, place, "dies", "hold"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = holder.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let line = tokio::time::timeout(DEADLINE, lines.next_line())
+        .await
+        .expect("the holder never held")
+        .unwrap()
+        .unwrap_or_default();
+    let dead_token: i64 = line.strip_prefix("held ").unwrap().parse().unwrap();
+    assert_eq!(
+        locker.try_acquire("dies").await.err(),
+        Some(LockError::Locked)
+    );
+    holder.start_kill().unwrap();
+    let killed = tokio::time::Instant::now();
+    holder.wait().await.unwrap();
+    let next = locker
+        .acquire("dies", Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let waited = killed.elapsed();
+    assert!(next.token().0 > dead_token);
+    println!(
+        "recovery latency, {backend}: {} ms after kill -9",
+        waited.as_millis()
+    );
+    waited
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_9_is_recovered_from_on_every_backend() {
+    init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let place = dir.path().to_str().unwrap();
+    killed_holder("flock", place, &flock_locker(dir.path(), 1)).await;
+    // The file backend probes the dead pid: no stale window to wait out
+    // (30 s by default).
+    let file = killed_holder("file", place, &file_locker(FileConfig::new(dir.path()))).await;
+    assert!(
+        file < Duration::from_secs(30),
+        "waited out the stale window: {file:?}"
+    );
+    // etcd: the lease (TTL 5 s) must expire.
+    let etcd = EtcdCluster::single().await;
+    let client = etcd.client().await;
+    let session = Session::new(client, session_opts(5)).await.unwrap();
+    let locker = Locker::etcd(&session, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE);
+    killed_holder("etcd", &etcd.endpoints()[0], &locker).await;
+}

@@ -1,0 +1,93 @@
+//! A lock-family holder for tests, run as a separate process:
+//!
+//! - `coord-lock-worker BACKEND WHERE NAME rounds N COUNTER LOG`: N
+//!   times, acquires NAME, increments the number in file COUNTER without
+//!   any atomicity of its own (read, pause, write: only the lock keeps two
+//!   workers apart), appends the hold's token to LOG, releases.
+//! - `coord-lock-worker BACKEND WHERE NAME hold`: acquires NAME, prints
+//!   `held <token>`, and stays until killed.
+//!
+//! BACKEND is `flock` or `file` (WHERE: the directory) or `etcd` (WHERE:
+//! the endpoint).
+
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::time::Duration;
+
+use coord::lock::{FileConfig, FlockConfig, Locker, Slots};
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: coord-lock-worker flock|file|etcd WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd WHERE NAME hold"
+    );
+    std::process::exit(2);
+}
+
+fn fail(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("{what}: {e}");
+    std::process::exit(1);
+}
+
+async fn locker(backend: &str, place: &str) -> Locker {
+    match backend {
+        "flock" => Locker::flock(FlockConfig::new(place)).unwrap_or_else(|e| fail("flock", e)),
+        "file" => Locker::file(FileConfig::new(place)).unwrap_or_else(|e| fail("file", e)),
+        "etcd" => {
+            let client = coord::connect(&[place], coord::ConnectOptions::default())
+                .await
+                .unwrap_or_else(|e| fail("connect", e));
+            let opts = coord::SessionOptions {
+                ttl: Duration::from_secs(5),
+                ..coord::SessionOptions::default()
+            };
+            let session = coord::Session::new(client, opts)
+                .await
+                .unwrap_or_else(|e| fail("session", e));
+            Locker::etcd(&session, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE)
+        }
+        _ => usage(),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        [backend, place, name, "rounds", n, counter, log] => {
+            let n: u32 = n.parse().unwrap_or_else(|_| usage());
+            let locker = locker(backend, place).await;
+            for _ in 0..n {
+                let mut held = locker
+                    .acquire(name, Some(Duration::from_secs(120)))
+                    .await
+                    .unwrap_or_else(|e| fail("acquire", e));
+                let text = std::fs::read_to_string(counter).unwrap_or_default();
+                let value: u64 = text.trim().parse().unwrap_or(0);
+                // Widen the window a missing exclusion would show in.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                std::fs::write(counter, format!("{}\n", value + 1))
+                    .unwrap_or_else(|e| fail("write counter", e));
+                let mut log = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)
+                    .unwrap_or_else(|e| fail("open log", e));
+                writeln!(log, "{}", held.token().0).unwrap_or_else(|e| fail("write log", e));
+                held.release().await.unwrap_or_else(|e| fail("release", e));
+            }
+        }
+        [backend, place, name, "hold"] => {
+            let locker = locker(backend, place).await;
+            let held = locker
+                .acquire(name, None)
+                .await
+                .unwrap_or_else(|e| fail("acquire", e));
+            println!("held {}", held.token().0);
+            let _ = std::io::stdout().flush();
+            std::future::pending::<()>().await;
+        }
+        _ => usage(),
+    }
+}
