@@ -216,9 +216,35 @@ pub struct Lock {
     /// Fail at once (exit 3) if the lock is held.
     #[arg(long = "try")]
     pub try_lock: bool,
+    /// Where the lock lives: etcd (the default, shared with `etcdctl
+    /// lock NAME`), or a directory on this host: `flock` locks, or `file`
+    /// marker locks (see the README's lock family).
+    #[arg(long, value_enum, default_value_t = LockBackend::Etcd)]
+    pub backend: LockBackend,
+    /// The directory of `flock` and `file` locks.
+    #[arg(long, required_if_eq_any = [("backend", "flock"), ("backend", "file")])]
+    pub dir: Option<PathBuf>,
+    /// `file` locks: how long after its holder stops refreshing it a
+    /// marker the pid cannot judge is taken over (for example `30s`).
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    pub stale_after: Duration,
+    /// Holders at once (a semaphore); `flock` and `file` only.
+    #[arg(long, default_value_t = 1)]
+    pub slots: u32,
     /// The command to run while holding the lock, after `--`.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+/// Where `coordctl lock` keeps its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LockBackend {
+    /// etcd (`etcdctl lock` compatible).
+    Etcd,
+    /// An exclusive `flock` on `DIR/NAME.lock` (this host only).
+    Flock,
+    /// A marker file `DIR/NAME.held`, judged by pid and age.
+    File,
 }
 
 /// A duration as etcdctl writes them (`500ms`, `2s`, `1m`), or bare

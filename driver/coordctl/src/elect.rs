@@ -11,7 +11,7 @@ use crate::cli::{Campaign, Global, Hold, Named};
 use crate::exit::Failure;
 use crate::output::{Printer, Record};
 use crate::setup::{self, Signals};
-use crate::supervise::{run_while_held, Ended};
+use crate::supervise::{run_while_held, Ended, HoldInfo};
 
 /// The session options of a hold, checked as the library checks them (a
 /// TTL or timeout out of range is bad input, before anything is dialled).
@@ -112,7 +112,12 @@ async fn lead(
             _ = signals.next() => Ok(0),
         };
     }
-    match run_while_held(command, held, hold.grace, signals, printer).await? {
+    let info = HoldInfo {
+        fence: held.fence().0,
+        key: held.key(),
+    };
+    let lost = async { held.lost().await.unwrap_or(coord::Loss::SessionClosed) };
+    match run_while_held(command, &info, lost, hold.grace, signals, printer).await? {
         Ended::Exited(code) => Ok(code),
         Ended::Lost(loss) => Err(Failure::Lost(loss)),
     }

@@ -6,7 +6,8 @@ use coord::Error;
 
 /// Exit status: bad usage or input, nothing written.
 pub const USAGE: u8 = 1;
-/// Exit status: etcd unreachable or refused (TLS, credentials, a request).
+/// Exit status: etcd unreachable or refused (TLS, credentials, a request),
+/// or a lock backend failing (a directory that cannot be used).
 pub const UNREACHABLE: u8 = 2;
 /// Exit status: the lock is held (`--try`, or `--timeout` passed).
 pub const HELD: u8 = 3;
@@ -40,6 +41,12 @@ pub enum Failure {
     /// Leadership or the lock was lost (the command, if any, was stopped).
     #[error("lost: {0}")]
     Lost(coord::Loss),
+    /// What a lock-family backend reported.
+    #[error(transparent)]
+    Lock(#[from] coord::lock::LockError),
+    /// A lock-family hold was lost (the command, if any, was stopped).
+    #[error("lost: {0}")]
+    LockLost(coord::lock::LockLost),
 }
 
 impl Failure {
@@ -51,14 +58,25 @@ impl Failure {
                 NOT_FOUND
             }
             Failure::Spawn { .. } => CANNOT_RUN,
-            Failure::Lost(_) => LOST,
+            Failure::Lost(_) | Failure::LockLost(_) => LOST,
             Failure::Coord(e) => coord_code(e),
+            Failure::Lock(e) => lock_code(e),
         }
     }
 
     /// The exit status, as the process returns it.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code())
+    }
+}
+
+fn lock_code(e: &coord::lock::LockError) -> u8 {
+    use coord::lock::LockError as L;
+    match e {
+        L::Locked | L::Timeout => HELD,
+        L::Lost(_) => LOST,
+        L::BadName(_) | L::BadOptions(_) | L::NoTtl(_) => USAGE,
+        L::Backend { .. } => UNREACHABLE,
     }
 }
 

@@ -1,13 +1,15 @@
 //! `coordctl lock`: `etcdctl lock NAME CMD` with fencing and the lost
 //! signal.
 
+use coord::lock::{FileConfig, FlockConfig, Holder, LockError, Locker, Slots};
 use coord::{Error, Mutex};
 
-use crate::cli::{Global, Lock};
+use crate::cli::{Global, Lock, LockBackend};
 use crate::elect::{hold_then_release, session_options};
 use crate::exit::Failure;
 use crate::output::{Printer, Record};
 use crate::setup::{self, Signals};
+use crate::supervise::{run_while_held, Ended, HoldInfo};
 
 /// Takes the lock (waiting, bounded by `--timeout`, or not at all with
 /// `--try`), runs the command while holding it, releases it when the
@@ -18,6 +20,14 @@ pub async fn run(
     signals: &mut Signals,
     printer: Printer,
 ) -> Result<u8, Failure> {
+    if args.backend != LockBackend::Etcd {
+        return run_local(args, signals, printer).await;
+    }
+    if args.slots != 1 || args.dir.is_some() {
+        return Err(Failure::Usage(
+            "--slots and --dir are for --backend flock or file".into(),
+        ));
+    }
     coord::validate_name(&args.name)?;
     let options = session_options(global, &args.hold)?;
     if args.command.is_empty() {
@@ -64,4 +74,79 @@ pub async fn run(
     .await;
     let _ = mutex.close().await;
     result
+}
+
+/// `lock --backend flock|file`: the same contract on a lock in a
+/// directory of this host. The command gets `COORD_FENCE` (the token)
+/// and `COORD_KEY` (the lock's name).
+async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Result<u8, Failure> {
+    if args.command.is_empty() {
+        return Err(Failure::Usage("no command given after --".into()));
+    }
+    coord::lock::validate_lock_name(&args.name).map_err(LockError::from)?;
+    let slots = Slots::new(args.slots).map_err(|e| Failure::Usage(e.to_string()))?;
+    let Some(dir) = args.dir.clone() else {
+        return Err(Failure::Usage(
+            "--dir is needed with --backend flock or file".into(),
+        ));
+    };
+    let locker = match args.backend {
+        LockBackend::Flock => Locker::flock(FlockConfig { dir, slots })?,
+        LockBackend::File => Locker::file(FileConfig {
+            slots,
+            stale_after: args.stale_after,
+            ..FileConfig::new(dir)
+        })?,
+        LockBackend::Etcd => return Err(Failure::Usage("etcd is not a local backend".into())),
+    };
+    printer.event(&Record::new("waiting").with("name", args.name.as_str()));
+    let taken = tokio::select! {
+        taken = async {
+            if args.try_lock {
+                locker.try_acquire(&args.name).await
+            } else {
+                locker.acquire(&args.name, args.timeout).await
+            }
+        } => taken,
+        _ = signals.next() => return Ok(0),
+    };
+    let mut holder = match taken {
+        Ok(h) => h,
+        Err(e) => {
+            if matches!(e, LockError::Locked | LockError::Timeout) {
+                printer.event(&Record::new("held").with("name", args.name.as_str()));
+            }
+            return Err(e.into());
+        }
+    };
+    printer.event(&held_record(&args.name, &holder));
+    let info = HoldInfo {
+        fence: holder.token().0,
+        key: args.name.clone(),
+    };
+    let ended = run_while_held(
+        &args.command,
+        &info,
+        holder.lost(),
+        args.hold.grace,
+        signals,
+        printer,
+    )
+    .await;
+    let released = holder.release().await;
+    printer.event(&Record::new("released").with(
+        "confirmed",
+        matches!(released, Ok(coord::lock::Released::Released)),
+    ));
+    match ended? {
+        Ended::Exited(code) => Ok(code),
+        Ended::Lost(lost) => Err(Failure::LockLost(lost)),
+    }
+}
+
+fn held_record(name: &str, holder: &Holder) -> Record {
+    Record::new("locked")
+        .with("name", name)
+        .with("slot", holder.slot())
+        .with("fence", holder.token().0)
 }

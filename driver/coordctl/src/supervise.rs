@@ -5,7 +5,6 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use coord::{Leadership, Loss};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -17,12 +16,21 @@ use crate::setup::Signals;
 
 /// How a held command ended.
 #[derive(Debug)]
-pub enum Ended {
+pub enum Ended<L> {
     /// It exited by itself (or after a signal coordctl forwarded); the
     /// status coordctl exits with.
     Exited(u8),
-    /// The hold was lost; the command was stopped.
-    Lost(Loss),
+    /// The hold was lost (why: `L`); the command was stopped.
+    Lost(L),
+}
+
+/// What the command is told about the hold it runs under.
+#[derive(Debug, Clone)]
+pub struct HoldInfo {
+    /// The fencing token (`COORD_FENCE`).
+    pub fence: i64,
+    /// The holder's key, or the lock's name (`COORD_KEY`).
+    pub key: String,
 }
 
 /// The exit status that reports `status`: its code, or 128+N for signal N.
@@ -34,27 +42,33 @@ pub fn status_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// Runs `argv` while `held` lasts. The command gets `COORD_FENCE` (the
-/// fencing token) and `COORD_KEY` (the holder's key).
+/// Runs `argv` while the hold lasts (until `lost` completes). The command
+/// gets `COORD_FENCE` (the fencing token) and `COORD_KEY` (the holder's
+/// key, or the lock's name).
 /// - It exits: `Ended::Exited` with its status (the caller releases).
 /// - The hold is lost: SIGTERM, then SIGKILL after `grace`;
 ///   `Ended::Lost`.
 /// - coordctl gets SIGINT or SIGTERM: the same signal is passed on, the
 ///   command has `grace` to exit before SIGKILL; `Ended::Exited`.
-pub async fn run_while_held(
+pub async fn run_while_held<L, F>(
     argv: &[String],
-    held: &Leadership,
+    held: &HoldInfo,
+    lost: F,
     grace: Duration,
     signals: &mut Signals,
     printer: Printer,
-) -> Result<Ended, Failure> {
+) -> Result<Ended<L>, Failure>
+where
+    L: std::fmt::Display,
+    F: std::future::Future<Output = L>,
+{
     let Some((program, args)) = argv.split_first() else {
         return Err(Failure::Usage("no command given after --".into()));
     };
     let mut child = Command::new(program)
         .args(args)
-        .env("COORD_FENCE", held.fence().0.to_string())
-        .env("COORD_KEY", held.key())
+        .env("COORD_FENCE", held.fence.to_string())
+        .env("COORD_KEY", &held.key)
         .kill_on_drop(true)
         .spawn()
         .map_err(|error| Failure::Spawn {
@@ -73,8 +87,7 @@ pub async fn run_while_held(
             let code = exited(status, program, printer);
             Ok(Ended::Exited(code))
         }
-        loss = held.lost() => {
-            let loss = loss.unwrap_or(Loss::SessionClosed);
+        loss = lost => {
             warn!(%loss, "lost while the command runs: stopping it");
             printer.event(&Record::new("lost").with("reason", loss.to_string()));
             let status = stop(&mut child, Signal::SIGTERM, grace, printer).await;
