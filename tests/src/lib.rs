@@ -12,6 +12,7 @@ pub mod etcd;
 pub mod etcdctl;
 pub mod proxy;
 pub mod queue;
+pub mod redis;
 
 use std::future::Future;
 use std::time::Duration;

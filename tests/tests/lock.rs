@@ -18,6 +18,7 @@ use coord_core::lock::Marker;
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::init_tracing;
 use coord_tests::queue::session_opts;
+use coord_tests::redis::RedisServer;
 
 /// Generous for a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -619,4 +620,70 @@ async fn a_holder_killed_9_is_recovered_from_on_every_backend() {
     let session = Session::new(client, session_opts(5)).await.unwrap();
     let locker = Locker::etcd(&session, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE);
     killed_holder("etcd", &etcd.endpoints()[0], &locker).await;
+}
+
+fn redis_locker(server: &RedisServer, slots: u32) -> Locker {
+    Locker::redis(coord::lock::RedisConfig {
+        slots: Slots::new(slots).unwrap(),
+        ttl: Duration::from_secs(2),
+        ..coord::lock::RedisConfig::new(server.url())
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_locks_keep_the_contract_and_tokens_survive_a_restart() {
+    init_tracing();
+    let mut server = RedisServer::start().await;
+    the_contract(&redis_locker(&server, 1), &redis_locker(&server, 1)).await;
+    two_slots(&redis_locker(&server, 2), &redis_locker(&server, 2)).await;
+    let a = redis_locker(&server, 1);
+    // A live holder extends its key: still held after several TTLs.
+    let mut held = a.try_acquire("kept").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(a.try_acquire("kept").await.err(), Some(LockError::Locked));
+    assert_eq!(held.extend().await, Ok(()));
+    let before = held.token();
+    // The server restarts and forgets every key: the hold is lost, and
+    // the next token is still greater.
+    server.restart().await;
+    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
+    assert_eq!(lost, LockLost::Expired);
+    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
+    let after = a.try_acquire("kept").await.unwrap();
+    assert!(
+        after.token() > before,
+        "{:?} then {:?}",
+        before,
+        after.token()
+    );
+    // Unreachable: a clear backend error.
+    server.kill();
+    let e = a.try_acquire("other").await.err();
+    assert!(
+        matches!(
+            e,
+            Some(LockError::Backend {
+                backend: "redis",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(matches!(
+        Locker::redis(coord::lock::RedisConfig {
+            ttl: Duration::from_millis(1),
+            ..coord::lock::RedisConfig::new("redis://127.0.0.1:1/")
+        }),
+        Err(LockError::BadOptions(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_hand_a_redis_lock_over_200_times_and_a_killed_holder_expires() {
+    init_tracing();
+    let server = RedisServer::start().await;
+    handoffs("redis", &server.url()).await;
+    let waited = killed_holder("redis", &server.url(), &redis_locker(&server, 1)).await;
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
 }

@@ -1,7 +1,7 @@
 //! `coordctl lock`: `etcdctl lock NAME CMD` with fencing and the lost
 //! signal.
 
-use coord::lock::{FileConfig, FlockConfig, Holder, LockError, Locker, Slots};
+use coord::lock::{FileConfig, FlockConfig, Holder, LockError, Locker, RedisConfig, Slots};
 use coord::{Error, Mutex};
 
 use crate::cli::{Global, Lock, LockBackend};
@@ -23,9 +23,9 @@ pub async fn run(
     if args.backend != LockBackend::Etcd {
         return run_local(args, signals, printer).await;
     }
-    if args.slots != 1 || args.dir.is_some() {
+    if args.slots != 1 || args.dir.is_some() || args.url.is_some() {
         return Err(Failure::Usage(
-            "--slots and --dir are for --backend flock or file".into(),
+            "--slots, --dir and --url are for --backend flock, file or redis".into(),
         ));
     }
     coord::validate_name(&args.name)?;
@@ -76,28 +76,39 @@ pub async fn run(
     result
 }
 
-/// `lock --backend flock|file`: the same contract on a lock in a
-/// directory of this host. The command gets `COORD_FENCE` (the token)
-/// and `COORD_KEY` (the lock's name).
+/// `lock --backend flock|file|redis`: the same contract on a lock in a
+/// directory of this host, or on Redis. The command gets `COORD_FENCE`
+/// (the token) and `COORD_KEY` (the lock's name).
 async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Result<u8, Failure> {
     if args.command.is_empty() {
         return Err(Failure::Usage("no command given after --".into()));
     }
     coord::lock::validate_lock_name(&args.name).map_err(LockError::from)?;
     let slots = Slots::new(args.slots).map_err(|e| Failure::Usage(e.to_string()))?;
-    let Some(dir) = args.dir.clone() else {
-        return Err(Failure::Usage(
-            "--dir is needed with --backend flock or file".into(),
-        ));
+    let dir = || {
+        args.dir
+            .clone()
+            .ok_or_else(|| Failure::Usage("--dir is needed with --backend flock or file".into()))
     };
     let locker = match args.backend {
-        LockBackend::Flock => Locker::flock(FlockConfig { dir, slots })?,
+        LockBackend::Flock => Locker::flock(FlockConfig { dir: dir()?, slots })?,
         LockBackend::File => Locker::file(FileConfig {
             slots,
             stale_after: args.stale_after,
-            ..FileConfig::new(dir)
+            ..FileConfig::new(dir()?)
         })?,
-        LockBackend::Etcd => return Err(Failure::Usage("etcd is not a local backend".into())),
+        LockBackend::Redis => {
+            let url = args
+                .url
+                .clone()
+                .ok_or_else(|| Failure::Usage("--url is needed with --backend redis".into()))?;
+            Locker::redis(RedisConfig {
+                slots,
+                ttl: std::time::Duration::from_secs(args.hold.ttl),
+                ..RedisConfig::new(url)
+            })?
+        }
+        LockBackend::Etcd => return Err(Failure::Usage("etcd is not this path".into())),
     };
     printer.event(&Record::new("waiting").with("name", args.name.as_str()));
     let taken = tokio::select! {

@@ -769,3 +769,47 @@ async fn lock_on_flock_and_file_backends_keeps_the_same_contract() {
     let (code, _, err) = run(ctl(&eps, &["lock", "jobs", "--slots", "2", "--", "true"])).await;
     assert_eq!(code, 1, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_on_redis_runs_the_command_and_refuses_a_held_lock() {
+    let server = coord_tests::redis::RedisServer::start().await;
+    let eps = vec!["http://127.0.0.1:9".to_string()];
+    let url = server.url();
+    let redis = |extra: &[&str]| {
+        let mut args = vec![
+            "lock",
+            "--backend",
+            "redis",
+            "--url",
+            url.as_str(),
+            "--ttl",
+            "5",
+        ];
+        args.extend_from_slice(extra);
+        ctl(&eps, &args)
+    };
+    let (code, out, err) = run(redis(&[
+        "jobs",
+        "--",
+        "sh",
+        "-c",
+        "echo fence=$COORD_FENCE",
+    ]))
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("fence="), "{out}");
+    let mut holder = Peer::spawn(redis(&["jobs", "--", "sleep", "600"]));
+    let mut held = false;
+    for _ in 0..100 {
+        let (code, _, _) = run(redis(&["jobs", "--try", "--", "true"])).await;
+        if code == 3 {
+            held = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(held, "the holder never held");
+    holder.interrupt().await;
+    let (code, _, err) = run(redis(&["jobs", "--try", "--", "true"])).await;
+    assert_eq!(code, 0, "released on SIGINT: {err}");
+}

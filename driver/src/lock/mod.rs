@@ -6,6 +6,7 @@
 //! | [`Locker::flock`] | the kernel closes the fd at exit | never (the kernel holds it while the process lives) |
 //! | [`Locker::file`] | a pid probe finds it dead, else the stale window passes | its marker was removed or replaced |
 //! | [`Locker::etcd`] | the session's lease expires (a TTL) | the lease or the key is lost |
+//! | `Locker::redis` (feature `redis`) | its key's TTL lapses | the key expired or changed hands |
 //! | [`Locker::memory`] | process exit (tests) | [`MemoryLocks::evict`] ends it |
 //!
 //! A [`Locker`] hands out [`Holder`]s for names (checked by
@@ -19,6 +20,8 @@ mod file;
 mod flock;
 mod memory;
 mod pid;
+#[cfg(all(feature = "redis", not(madsim)))]
+mod redis;
 mod wait;
 
 use std::time::Duration;
@@ -30,6 +33,8 @@ pub use coord_core::FencingToken;
 pub use file::{FileConfig, FileLocks, Swept};
 pub use flock::{FlockConfig, FlockLocks};
 pub use memory::MemoryLocks;
+#[cfg(all(feature = "redis", not(madsim)))]
+pub use redis::{RedisConfig, RedisLocks};
 
 use crate::election::MutexGuard;
 use crate::mutex::Mutex;
@@ -74,6 +79,11 @@ pub enum LockLost {
     /// over, or an operator removed the marker or evicted the hold.
     #[error("taken over or removed")]
     TakenOver,
+    /// The hold's TTL lapsed before it was extended (the backend was
+    /// unreachable for a whole TTL, or the holder was paused that long),
+    /// or its key changed hands.
+    #[error("expired")]
+    Expired,
     /// The etcd session's lease or the holder's key is gone.
     #[error("etcd: {0:?}")]
     Etcd(crate::Loss),
@@ -91,7 +101,12 @@ enum Backend {
     Memory(MemoryLocks),
     Flock(FlockLocks),
     File(FileLocks),
-    Etcd { session: Session, prefix: String },
+    Etcd {
+        session: Session,
+        prefix: String,
+    },
+    #[cfg(all(feature = "redis", not(madsim)))]
+    Redis(RedisLocks),
 }
 
 /// Prefix of the etcd backend's lock names by default: a lock `n` is
@@ -141,6 +156,17 @@ impl Locker {
         }
     }
 
+    /// Redis locks (see [`RedisConfig`]). Nothing is sent until the first
+    /// acquire.
+    #[cfg(all(feature = "redis", not(madsim)))]
+    pub fn redis(config: RedisConfig) -> Result<Locker, LockError> {
+        let slots = config.slots;
+        Ok(Locker {
+            backend: Backend::Redis(RedisLocks::open(config)?),
+            slots,
+        })
+    }
+
     /// The slots per name.
     pub fn slots(&self) -> Slots {
         self.slots
@@ -154,6 +180,8 @@ impl Locker {
             Backend::Memory(m) => m.try_acquire(name, self.slots),
             Backend::Flock(f) => f.try_acquire(name),
             Backend::File(f) => f.try_acquire(name),
+            #[cfg(all(feature = "redis", not(madsim)))]
+            Backend::Redis(r) => r.try_acquire(name).await,
             Backend::Etcd { session, prefix } => {
                 for slot in 0..self.slots.get() {
                     let mutex =
@@ -238,6 +266,8 @@ enum Hold {
     Flock(flock::FlockHold),
     File(file::FileHold),
     Etcd(Option<MutexGuard>),
+    #[cfg(all(feature = "redis", not(madsim)))]
+    Redis(Box<redis::RedisHold>),
 }
 
 impl Holder {
@@ -275,6 +305,8 @@ impl Holder {
             Hold::Memory(h) => Ok(h.release()),
             Hold::Flock(h) => Ok(h.release()),
             Hold::File(h) => h.release(),
+            #[cfg(all(feature = "redis", not(madsim)))]
+            Hold::Redis(h) => h.release().await,
             Hold::Etcd(guard) => match guard.take() {
                 None => Ok(Released::AlreadyGone),
                 Some(g) if g.has_ended() => Ok(Released::AlreadyGone),
@@ -297,6 +329,8 @@ impl Holder {
             Hold::Memory(_) => Err(LockError::NoTtl("memory")),
             Hold::Flock(_) => Err(LockError::NoTtl("flock")),
             Hold::File(h) => h.refresh(),
+            #[cfg(all(feature = "redis", not(madsim)))]
+            Hold::Redis(h) => h.extend().await,
             Hold::Etcd(Some(g)) if !g.has_ended() => Ok(()),
             Hold::Etcd(_) => Err(LockError::Lost(LockLost::TakenOver)),
         }
@@ -310,6 +344,8 @@ impl Holder {
             Hold::Memory(h) => h.lost().await,
             Hold::Flock(_) | Hold::Etcd(None) => std::future::pending().await,
             Hold::File(h) => h.lost().await,
+            #[cfg(all(feature = "redis", not(madsim)))]
+            Hold::Redis(h) => h.lost().await,
             Hold::Etcd(Some(g)) => match g.lost().await {
                 Some(loss) => LockLost::Etcd(loss),
                 // Released: nothing more can happen.

@@ -7,8 +7,8 @@
 //! - `coord-lock-worker BACKEND WHERE NAME hold`: acquires NAME, prints
 //!   `held <token>`, and stays until killed.
 //!
-//! BACKEND is `flock` or `file` (WHERE: the directory) or `etcd` (WHERE:
-//! the endpoint).
+//! BACKEND is `flock` or `file` (WHERE: the directory), `etcd` (WHERE:
+//! the endpoint) or `redis` (WHERE: the URL; TTL 2 s).
 
 #![forbid(unsafe_code)]
 
@@ -19,7 +19,7 @@ use coord::lock::{FileConfig, FlockConfig, Locker, Slots};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: coord-lock-worker flock|file|etcd WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd WHERE NAME hold"
+        "usage: coord-lock-worker flock|file|etcd|redis WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis WHERE NAME hold"
     );
     std::process::exit(2);
 }
@@ -46,6 +46,11 @@ async fn locker(backend: &str, place: &str) -> Locker {
                 .unwrap_or_else(|e| fail("session", e));
             Locker::etcd(&session, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE)
         }
+        "redis" => Locker::redis(coord::lock::RedisConfig {
+            ttl: Duration::from_secs(2),
+            ..coord::lock::RedisConfig::new(place)
+        })
+        .unwrap_or_else(|e| fail("redis", e)),
         _ => usage(),
     }
 }

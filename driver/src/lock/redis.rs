@@ -1,0 +1,324 @@
+//! Redis locks (feature `redis`): slot 0 of name `n` is the key
+//! `<prefix>n` (slot `i` above 0: `<prefix>n/i`), set with `NX` and a TTL
+//! to a value only this holder knows. Release and extend are Lua scripts
+//! that act only while the key still holds that value. A holder that dies
+//! stops extending, so its key expires: recovery within the TTL.
+//!
+//! The token is `INCR <prefix>n/token`, in the same script as the `SET`,
+//! raised to at least the server's clock in microseconds: tokens keep
+//! growing even across a restart that lost the counter (Redis without
+//! persistence), as long as the server's clock does not step back.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use coord_core::lock::{Released, Slots};
+use coord_core::FencingToken;
+use redis::aio::ConnectionManager;
+use tokio::sync::{watch, OnceCell};
+
+use super::{Hold, Holder, LockError, LockLost};
+
+/// Where and how: the server, the slots, the TTL and the key prefix.
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    /// The server (`redis://host:port/db`).
+    pub url: String,
+    /// Holders per name at once (1: a mutex).
+    pub slots: Slots,
+    /// How long a dead holder's key lives (a live holder extends it every
+    /// third of it). Default 10 s; 100 ms to 1 day.
+    pub ttl: Duration,
+    /// Prefix of every key. Default `coord:lock:`.
+    pub prefix: String,
+}
+
+impl RedisConfig {
+    /// Mutexes on the server at `url`, TTL 10 s.
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            slots: Slots::ONE,
+            ttl: Duration::from_secs(10),
+            prefix: "coord:lock:".into(),
+        }
+    }
+}
+
+/// Redis locks on one server.
+#[derive(Clone)]
+pub struct RedisLocks {
+    client: redis::Client,
+    /// One connection for every hold of this locker, made at the first
+    /// acquire; it reconnects by itself after a failure.
+    conn: Arc<OnceCell<ConnectionManager>>,
+    slots: Slots,
+    ttl: Duration,
+    prefix: String,
+}
+
+const ACQUIRE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('INCR', KEYS[2])
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  if t < floor then
+    redis.call('SET', KEYS[2], floor)
+    t = floor
+  end
+  return t
+end
+return 0
+";
+
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+const EXTEND: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+";
+
+fn backend(e: impl std::fmt::Display) -> LockError {
+    LockError::Backend {
+        backend: "redis",
+        message: e.to_string(),
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A value no other holder has: host, pid, time and a counter.
+fn unique_value() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}:{}:{nanos}:{}",
+        super::pid::this_host(),
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl RedisLocks {
+    /// Checks `config` (nothing is sent yet).
+    pub fn open(config: RedisConfig) -> Result<RedisLocks, LockError> {
+        if config.ttl < Duration::from_millis(100) || config.ttl > Duration::from_secs(86_400) {
+            return Err(LockError::BadOptions(format!(
+                "the redis TTL must be 100 ms to 1 day, got {:?}",
+                config.ttl
+            )));
+        }
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|e| LockError::BadOptions(format!("redis url: {e}")))?;
+        Ok(RedisLocks {
+            client,
+            conn: Arc::default(),
+            slots: config.slots,
+            ttl: config.ttl,
+            prefix: config.prefix,
+        })
+    }
+
+    fn slot_key(&self, name: &str, slot: u32) -> String {
+        if slot == 0 {
+            format!("{}{name}", self.prefix)
+        } else {
+            format!("{}{name}/{slot}", self.prefix)
+        }
+    }
+
+    pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+        let mut conn = self
+            .conn
+            .get_or_try_init(|| ConnectionManager::new(self.client.clone()))
+            .await
+            .map_err(backend)?
+            .clone();
+        let value = unique_value();
+        let token_key = format!("{}{name}/token", self.prefix);
+        for slot in 0..self.slots.get() {
+            let key = self.slot_key(name, slot);
+            let token: i64 = redis::Script::new(ACQUIRE)
+                .key(&key)
+                .key(&token_key)
+                .arg(&value)
+                .arg(millis(self.ttl))
+                .invoke_async(&mut conn)
+                .await
+                .map_err(backend)?;
+            if token > 0 {
+                let hold = RedisHold::start(conn, key, value, self.ttl);
+                return Ok(Holder {
+                    name: name.to_string(),
+                    slot,
+                    token: FencingToken(token),
+                    hold: Hold::Redis(Box::new(hold)),
+                });
+            }
+        }
+        Err(LockError::Locked)
+    }
+}
+
+impl std::fmt::Debug for RedisLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLocks")
+            .field("server", &self.client.get_connection_info().addr)
+            .field("slots", &self.slots)
+            .field("ttl", &self.ttl)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A held key: extended every third of the TTL in the background.
+pub(super) struct RedisHold {
+    conn: ConnectionManager,
+    key: String,
+    value: String,
+    ttl: Duration,
+    lost: watch::Receiver<bool>,
+    refresher: Option<tokio::task::JoinHandle<()>>,
+    released: bool,
+}
+
+impl std::fmt::Debug for RedisHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisHold")
+            .field("key", &self.key)
+            .field("ttl", &self.ttl)
+            .field("released", &self.released)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn extend(
+    conn: &mut ConnectionManager,
+    key: &str,
+    value: &str,
+    ttl: Duration,
+) -> Result<bool, LockError> {
+    let extended: i64 = redis::Script::new(EXTEND)
+        .key(key)
+        .arg(value)
+        .arg(millis(ttl))
+        .invoke_async(conn)
+        .await
+        .map_err(backend)?;
+    Ok(extended == 1)
+}
+
+impl RedisHold {
+    fn start(conn: ConnectionManager, key: String, value: String, ttl: Duration) -> RedisHold {
+        let (lost_tx, lost) = watch::channel(false);
+        let mut c = conn.clone();
+        let (k, v) = (key.clone(), value.clone());
+        let refresher = tokio::spawn(async move {
+            let mut confirmed = tokio::time::Instant::now();
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                match extend(&mut c, &k, &v, ttl).await {
+                    Ok(true) => confirmed = tokio::time::Instant::now(),
+                    Ok(false) => break,
+                    // Unreachable: the key may live on until its TTL
+                    // from the last extension has passed.
+                    Err(e) if confirmed.elapsed() < ttl => {
+                        tracing::warn!(key = %k, error = %e, "cannot extend a redis lock");
+                    }
+                    Err(_) => break,
+                }
+            }
+            tracing::warn!(key = %k, "redis lock lost");
+            lost_tx.send_replace(true);
+        });
+        RedisHold {
+            conn,
+            key,
+            value,
+            ttl,
+            lost,
+            refresher: Some(refresher),
+            released: false,
+        }
+    }
+
+    fn stop_refreshing(&mut self) {
+        if let Some(task) = self.refresher.take() {
+            task.abort();
+        }
+    }
+
+    pub(super) async fn release(&mut self) -> Result<Released, LockError> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(Released::AlreadyGone);
+        }
+        self.stop_refreshing();
+        // Lost: its TTL lapsed since the last extension, the key is gone.
+        if *self.lost.borrow() {
+            return Ok(Released::AlreadyGone);
+        }
+        let deleted: i64 = redis::Script::new(RELEASE)
+            .key(&self.key)
+            .arg(&self.value)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(backend)?;
+        Ok(if deleted == 1 {
+            Released::Released
+        } else {
+            Released::AlreadyGone
+        })
+    }
+
+    pub(super) async fn extend(&mut self) -> Result<(), LockError> {
+        if !self.released && extend(&mut self.conn, &self.key, &self.value, self.ttl).await? {
+            Ok(())
+        } else {
+            Err(LockError::Lost(LockLost::TakenOver))
+        }
+    }
+
+    pub(super) async fn lost(&self) -> LockLost {
+        let mut lost = self.lost.clone();
+        if lost.wait_for(|l| *l).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        LockLost::Expired
+    }
+}
+
+impl Drop for RedisHold {
+    fn drop(&mut self) {
+        self.stop_refreshing();
+        if self.released {
+            return;
+        }
+        // Released in the background; else the key expires.
+        let mut conn = self.conn.clone();
+        let (key, value) = (self.key.clone(), self.value.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let released: Result<i64, _> = redis::Script::new(RELEASE)
+                    .key(&key)
+                    .arg(&value)
+                    .invoke_async(&mut conn)
+                    .await;
+                if let Err(e) = released {
+                    tracing::warn!(%key, error = %e, "redis lock not released: it expires");
+                }
+            });
+        }
+    }
+}
