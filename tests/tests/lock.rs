@@ -17,6 +17,7 @@ use coord::Session;
 use coord_core::lock::Marker;
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::init_tracing;
+use coord_tests::postgres::PostgresServer;
 use coord_tests::queue::session_opts;
 use coord_tests::redis::RedisServer;
 
@@ -685,5 +686,67 @@ async fn four_processes_hand_a_redis_lock_over_200_times_and_a_killed_holder_exp
     let server = RedisServer::start().await;
     handoffs("redis", &server.url()).await;
     let waited = killed_holder("redis", &server.url(), &redis_locker(&server, 1)).await;
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
+}
+
+fn pg_locker(server: &PostgresServer, slots: u32) -> Locker {
+    Locker::postgres(coord::lock::PostgresConfig {
+        slots: Slots::new(slots).unwrap(),
+        ..coord::lock::PostgresConfig::new(server.url())
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_locks_keep_the_contract_and_tokens_survive_a_restart() {
+    init_tracing();
+    let mut server = PostgresServer::start().await;
+    the_contract(&pg_locker(&server, 1), &pg_locker(&server, 1)).await;
+    two_slots(&pg_locker(&server, 2), &pg_locker(&server, 2)).await;
+    let a = pg_locker(&server, 1);
+    let mut held = a.try_acquire("kept").await.unwrap();
+    assert_eq!(
+        held.extend().await.err(),
+        Some(LockError::NoTtl("postgres"))
+    );
+    let before = held.token();
+    // The server crashes and comes back: the session and its lock are
+    // gone, the token row is not.
+    server.restart().await;
+    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
+    assert_eq!(lost, LockLost::Disconnected);
+    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
+    let after = a.try_acquire("kept").await.unwrap();
+    assert!(
+        after.token() > before,
+        "{:?} then {:?}",
+        before,
+        after.token()
+    );
+    drop(after);
+    assert!(matches!(
+        Locker::postgres(coord::lock::PostgresConfig::new("port=notanumber")),
+        Err(LockError::BadOptions(_))
+    ));
+    drop(server);
+    let e = a.try_acquire("other").await.err();
+    assert!(
+        matches!(
+            e,
+            Some(LockError::Backend {
+                backend: "postgres",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_hand_a_postgres_lock_over_200_times_and_a_killed_holder_is_dropped() {
+    init_tracing();
+    let server = PostgresServer::start().await;
+    handoffs("postgres", &server.url()).await;
+    let waited = killed_holder("postgres", &server.url(), &pg_locker(&server, 1)).await;
     assert!(waited < Duration::from_secs(30), "{waited:?}");
 }

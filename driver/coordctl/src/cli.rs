@@ -224,15 +224,15 @@ pub struct Lock {
     /// The directory of `flock` and `file` locks.
     #[arg(long, required_if_eq_any = [("backend", "flock"), ("backend", "file")])]
     pub dir: Option<PathBuf>,
-    /// The server of `redis` locks (`redis://host:port/db`); their TTL is
-    /// `--ttl`.
-    #[arg(long, required_if_eq("backend", "redis"))]
+    /// The server of `redis` locks (`redis://host:port/db`; their TTL is
+    /// `--ttl`) or `postgres` locks (a connection string).
+    #[arg(long, required_if_eq_any = [("backend", "redis"), ("backend", "postgres")])]
     pub url: Option<String>,
     /// `file` locks: how long after its holder stops refreshing it a
     /// marker the pid cannot judge is taken over (for example `30s`).
     #[arg(long, value_parser = duration, default_value = "30s")]
     pub stale_after: Duration,
-    /// Holders at once (a semaphore); `flock`, `file` and `redis` only.
+    /// Holders at once (a semaphore); not for `etcd`.
     #[arg(long, default_value_t = 1)]
     pub slots: u32,
     /// The command to run while holding the lock, after `--`.
@@ -251,6 +251,8 @@ pub enum LockBackend {
     File,
     /// A Redis key with a TTL (`--url`, `--ttl`).
     Redis,
+    /// A Postgres advisory lock on a connection of its own (`--url`).
+    Postgres,
 }
 
 /// A duration as etcdctl writes them (`500ms`, `2s`, `1m`), or bare

@@ -1,7 +1,9 @@
 //! `coordctl lock`: `etcdctl lock NAME CMD` with fencing and the lost
 //! signal.
 
-use coord::lock::{FileConfig, FlockConfig, Holder, LockError, Locker, RedisConfig, Slots};
+use coord::lock::{
+    FileConfig, FlockConfig, Holder, LockError, Locker, PostgresConfig, RedisConfig, Slots,
+};
 use coord::{Error, Mutex};
 
 use crate::cli::{Global, Lock, LockBackend};
@@ -25,7 +27,7 @@ pub async fn run(
     }
     if args.slots != 1 || args.dir.is_some() || args.url.is_some() {
         return Err(Failure::Usage(
-            "--slots, --dir and --url are for --backend flock, file or redis".into(),
+            "--slots, --dir and --url are not for --backend etcd".into(),
         ));
     }
     coord::validate_name(&args.name)?;
@@ -76,8 +78,8 @@ pub async fn run(
     result
 }
 
-/// `lock --backend flock|file|redis`: the same contract on a lock in a
-/// directory of this host, or on Redis. The command gets `COORD_FENCE`
+/// `lock --backend flock|file|redis|postgres`: the same contract on a
+/// lock in a directory of this host, on Redis or on Postgres. The command gets `COORD_FENCE`
 /// (the token) and `COORD_KEY` (the lock's name).
 async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Result<u8, Failure> {
     if args.command.is_empty() {
@@ -90,6 +92,11 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
             .clone()
             .ok_or_else(|| Failure::Usage("--dir is needed with --backend flock or file".into()))
     };
+    let url = || {
+        args.url.clone().ok_or_else(|| {
+            Failure::Usage("--url is needed with --backend redis or postgres".into())
+        })
+    };
     let locker = match args.backend {
         LockBackend::Flock => Locker::flock(FlockConfig { dir: dir()?, slots })?,
         LockBackend::File => Locker::file(FileConfig {
@@ -97,17 +104,15 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
             stale_after: args.stale_after,
             ..FileConfig::new(dir()?)
         })?,
-        LockBackend::Redis => {
-            let url = args
-                .url
-                .clone()
-                .ok_or_else(|| Failure::Usage("--url is needed with --backend redis".into()))?;
-            Locker::redis(RedisConfig {
-                slots,
-                ttl: std::time::Duration::from_secs(args.hold.ttl),
-                ..RedisConfig::new(url)
-            })?
-        }
+        LockBackend::Redis => Locker::redis(RedisConfig {
+            slots,
+            ttl: std::time::Duration::from_secs(args.hold.ttl),
+            ..RedisConfig::new(url()?)
+        })?,
+        LockBackend::Postgres => Locker::postgres(PostgresConfig {
+            slots,
+            ..PostgresConfig::new(url()?)
+        })?,
         LockBackend::Etcd => return Err(Failure::Usage("etcd is not this path".into())),
     };
     printer.event(&Record::new("waiting").with("name", args.name.as_str()));

@@ -813,3 +813,26 @@ async fn lock_on_redis_runs_the_command_and_refuses_a_held_lock() {
     let (code, _, err) = run(redis(&["jobs", "--try", "--", "true"])).await;
     assert_eq!(code, 0, "released on SIGINT: {err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lock_on_postgres_runs_the_command_with_a_token() {
+    let server = coord_tests::postgres::PostgresServer::start().await;
+    let eps = vec!["http://127.0.0.1:9".to_string()];
+    let url = server.url();
+    let args = [
+        "lock",
+        "--backend",
+        "postgres",
+        "--url",
+        url.as_str(),
+        "jobs",
+    ];
+    let mut first = args.to_vec();
+    first.extend(["--", "sh", "-c", "echo fence=$COORD_FENCE"]);
+    let (code, out, err) = run(ctl(&eps, &first)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("fence=1"), "{out}");
+    let (code, out, err) = run(ctl(&eps, &first)).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("fence=2"), "{out}");
+}

@@ -7,6 +7,7 @@
 //! | [`Locker::file`] | a pid probe finds it dead, else the stale window passes | its marker was removed or replaced |
 //! | [`Locker::etcd`] | the session's lease expires (a TTL) | the lease or the key is lost |
 //! | `Locker::redis` (feature `redis`) | its key's TTL lapses | the key expired or changed hands |
+//! | `Locker::postgres` (feature `postgres`) | the server ends its session | its connection ended |
 //! | [`Locker::memory`] | process exit (tests) | [`MemoryLocks::evict`] ends it |
 //!
 //! A [`Locker`] hands out [`Holder`]s for names (checked by
@@ -20,6 +21,8 @@ mod file;
 mod flock;
 mod memory;
 mod pid;
+#[cfg(all(feature = "postgres", not(madsim)))]
+mod postgres;
 #[cfg(all(feature = "redis", not(madsim)))]
 mod redis;
 mod wait;
@@ -33,6 +36,8 @@ pub use coord_core::FencingToken;
 pub use file::{FileConfig, FileLocks, Swept};
 pub use flock::{FlockConfig, FlockLocks};
 pub use memory::MemoryLocks;
+#[cfg(all(feature = "postgres", not(madsim)))]
+pub use postgres::{PostgresConfig, PostgresLocks};
 #[cfg(all(feature = "redis", not(madsim)))]
 pub use redis::{RedisConfig, RedisLocks};
 
@@ -84,6 +89,10 @@ pub enum LockLost {
     /// or its key changed hands.
     #[error("expired")]
     Expired,
+    /// The connection (and so the session) holding it ended: Postgres
+    /// dropped its advisory locks.
+    #[error("disconnected")]
+    Disconnected,
     /// The etcd session's lease or the holder's key is gone.
     #[error("etcd: {0:?}")]
     Etcd(crate::Loss),
@@ -107,6 +116,8 @@ enum Backend {
     },
     #[cfg(all(feature = "redis", not(madsim)))]
     Redis(RedisLocks),
+    #[cfg(all(feature = "postgres", not(madsim)))]
+    Postgres(PostgresLocks),
 }
 
 /// Prefix of the etcd backend's lock names by default: a lock `n` is
@@ -167,6 +178,17 @@ impl Locker {
         })
     }
 
+    /// Postgres advisory locks (see [`PostgresConfig`]). Nothing is sent
+    /// until the first acquire.
+    #[cfg(all(feature = "postgres", not(madsim)))]
+    pub fn postgres(config: PostgresConfig) -> Result<Locker, LockError> {
+        let slots = config.slots;
+        Ok(Locker {
+            backend: Backend::Postgres(PostgresLocks::open(config)?),
+            slots,
+        })
+    }
+
     /// The slots per name.
     pub fn slots(&self) -> Slots {
         self.slots
@@ -182,6 +204,8 @@ impl Locker {
             Backend::File(f) => f.try_acquire(name),
             #[cfg(all(feature = "redis", not(madsim)))]
             Backend::Redis(r) => r.try_acquire(name).await,
+            #[cfg(all(feature = "postgres", not(madsim)))]
+            Backend::Postgres(p) => p.try_acquire(name).await,
             Backend::Etcd { session, prefix } => {
                 for slot in 0..self.slots.get() {
                     let mutex =
@@ -268,6 +292,8 @@ enum Hold {
     Etcd(Option<MutexGuard>),
     #[cfg(all(feature = "redis", not(madsim)))]
     Redis(Box<redis::RedisHold>),
+    #[cfg(all(feature = "postgres", not(madsim)))]
+    Postgres(Box<postgres::PostgresHold>),
 }
 
 impl Holder {
@@ -307,6 +333,8 @@ impl Holder {
             Hold::File(h) => h.release(),
             #[cfg(all(feature = "redis", not(madsim)))]
             Hold::Redis(h) => h.release().await,
+            #[cfg(all(feature = "postgres", not(madsim)))]
+            Hold::Postgres(h) => h.release().await,
             Hold::Etcd(guard) => match guard.take() {
                 None => Ok(Released::AlreadyGone),
                 Some(g) if g.has_ended() => Ok(Released::AlreadyGone),
@@ -331,6 +359,8 @@ impl Holder {
             Hold::File(h) => h.refresh(),
             #[cfg(all(feature = "redis", not(madsim)))]
             Hold::Redis(h) => h.extend().await,
+            #[cfg(all(feature = "postgres", not(madsim)))]
+            Hold::Postgres(_) => Err(LockError::NoTtl("postgres")),
             Hold::Etcd(Some(g)) if !g.has_ended() => Ok(()),
             Hold::Etcd(_) => Err(LockError::Lost(LockLost::TakenOver)),
         }
@@ -346,6 +376,8 @@ impl Holder {
             Hold::File(h) => h.lost().await,
             #[cfg(all(feature = "redis", not(madsim)))]
             Hold::Redis(h) => h.lost().await,
+            #[cfg(all(feature = "postgres", not(madsim)))]
+            Hold::Postgres(h) => h.lost().await,
             Hold::Etcd(Some(g)) => match g.lost().await {
                 Some(loss) => LockLost::Etcd(loss),
                 // Released: nothing more can happen.

@@ -8,7 +8,8 @@
 //!   `held <token>`, and stays until killed.
 //!
 //! BACKEND is `flock` or `file` (WHERE: the directory), `etcd` (WHERE:
-//! the endpoint) or `redis` (WHERE: the URL; TTL 2 s).
+//! the endpoint), `redis` (WHERE: the URL; TTL 2 s) or `postgres` (WHERE:
+//! the connection string).
 
 #![forbid(unsafe_code)]
 
@@ -19,7 +20,7 @@ use coord::lock::{FileConfig, FlockConfig, Locker, Slots};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: coord-lock-worker flock|file|etcd|redis WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis WHERE NAME hold"
+        "usage: coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME hold"
     );
     std::process::exit(2);
 }
@@ -51,6 +52,8 @@ async fn locker(backend: &str, place: &str) -> Locker {
             ..coord::lock::RedisConfig::new(place)
         })
         .unwrap_or_else(|e| fail("redis", e)),
+        "postgres" => Locker::postgres(coord::lock::PostgresConfig::new(place))
+            .unwrap_or_else(|e| fail("postgres", e)),
         _ => usage(),
     }
 }

@@ -1,0 +1,208 @@
+//! Postgres locks (feature `postgres`): each holder has a connection of
+//! its own, on which it takes `pg_try_advisory_lock(k)`, `k` a 64-bit
+//! hash of the name and slot. Postgres drops a session's advisory locks
+//! when the session ends, so a holder that dies releases at once, as soon
+//! as the server notices the disconnect; `lost()` fires when the
+//! holder's own connection ends.
+//!
+//! The token is a row of `coord_lock_tokens` (created if missing),
+//! incremented in the holder's session right after it takes the lock: it
+//! is as durable as the database, so it grows across server restarts.
+
+use coord_core::lock::{Released, Slots};
+use coord_core::FencingToken;
+use tokio::sync::watch;
+use tokio_postgres::NoTls;
+
+use super::{Hold, Holder, LockError, LockLost};
+
+/// Where and how: the server and the slots.
+#[derive(Debug, Clone)]
+pub struct PostgresConfig {
+    /// The connection string (`postgres://user@host:port/db` or
+    /// `host=... user=...`).
+    pub url: String,
+    /// Holders per name at once (1: a mutex).
+    pub slots: Slots,
+}
+
+impl PostgresConfig {
+    /// Mutexes on the database at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresConfig {
+            url: url.into(),
+            slots: Slots::ONE,
+        }
+    }
+}
+
+/// Postgres locks on one database.
+#[derive(Debug, Clone)]
+pub struct PostgresLocks {
+    config: tokio_postgres::Config,
+    slots: Slots,
+}
+
+fn backend(e: impl std::fmt::Display) -> LockError {
+    LockError::Backend {
+        backend: "postgres",
+        message: e.to_string(),
+    }
+}
+
+/// The advisory lock key of `slot` of `name`: FNV-1a over both (two
+/// names sharing a key, at odds of 2^-64, would exclude each other).
+fn advisory_key(name: &str, slot: u32) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes().chain([b'/']).chain(slot.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    i64::from_ne_bytes(h.to_ne_bytes())
+}
+
+const TOKEN_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS coord_lock_tokens (name text PRIMARY KEY, token bigint NOT NULL)";
+const NEXT_TOKEN: &str = "INSERT INTO coord_lock_tokens (name, token) VALUES ($1, 1) \
+     ON CONFLICT (name) DO UPDATE SET token = coord_lock_tokens.token + 1 RETURNING token";
+
+impl PostgresLocks {
+    /// Checks `config` (nothing is sent yet).
+    pub fn open(config: PostgresConfig) -> Result<PostgresLocks, LockError> {
+        let parsed = config
+            .url
+            .parse::<tokio_postgres::Config>()
+            .map_err(|e| LockError::BadOptions(format!("postgres url: {e}")))?;
+        Ok(PostgresLocks {
+            config: parsed,
+            slots: config.slots,
+        })
+    }
+
+    pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
+        let (ended_tx, ended) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "postgres lock connection ended");
+            }
+            ended_tx.send_replace(true);
+        });
+        let hold = PostgresHold {
+            client,
+            ended,
+            task: Some(task),
+            key: 0,
+            released: false,
+        };
+        hold.take(name, self.slots).await
+    }
+}
+
+/// A held advisory lock, on its own connection.
+#[derive(Debug)]
+pub(super) struct PostgresHold {
+    client: tokio_postgres::Client,
+    ended: watch::Receiver<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+    key: i64,
+    released: bool,
+}
+
+impl PostgresHold {
+    /// Takes the first free slot of `name` on this connection, then the
+    /// next token; closes the connection if none is free.
+    async fn take(mut self, name: &str, slots: Slots) -> Result<Holder, LockError> {
+        for slot in 0..slots.get() {
+            let key = advisory_key(name, slot);
+            let row = self
+                .client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+                .await
+                .map_err(backend)?;
+            let taken: bool = row.try_get(0).map_err(backend)?;
+            if !taken {
+                continue;
+            }
+            self.key = key;
+            let token = self.next_token(name).await?;
+            return Ok(Holder {
+                name: name.to_string(),
+                slot,
+                token: FencingToken(token),
+                hold: Hold::Postgres(Box::new(self)),
+            });
+        }
+        self.released = true;
+        Err(LockError::Locked)
+    }
+
+    async fn next_token(&self, name: &str) -> Result<i64, LockError> {
+        // Sessions creating the table at once may collide (a unique
+        // violation in the catalog): one try more sees it made.
+        if self.client.batch_execute(TOKEN_TABLE).await.is_err() {
+            self.client
+                .batch_execute(TOKEN_TABLE)
+                .await
+                .map_err(backend)?;
+        }
+        let row = self
+            .client
+            .query_one(NEXT_TOKEN, &[&name])
+            .await
+            .map_err(backend)?;
+        row.try_get(0).map_err(backend)
+    }
+
+    pub(super) async fn release(&mut self) -> Result<Released, LockError> {
+        if std::mem::replace(&mut self.released, true) || *self.ended.borrow() {
+            return Ok(Released::AlreadyGone);
+        }
+        let row = self
+            .client
+            .query_one("SELECT pg_advisory_unlock($1)", &[&self.key])
+            .await;
+        let released = match row {
+            Ok(r) => r.try_get::<_, bool>(0).unwrap_or(false),
+            // The connection is gone: so is the lock.
+            Err(_) => false,
+        };
+        Ok(if released {
+            Released::Released
+        } else {
+            Released::AlreadyGone
+        })
+    }
+
+    pub(super) async fn lost(&self) -> LockLost {
+        let mut ended = self.ended.clone();
+        if self.released || ended.wait_for(|e| *e).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        LockLost::Disconnected
+    }
+}
+
+impl Drop for PostgresHold {
+    fn drop(&mut self) {
+        // Ending the connection releases its advisory locks.
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_differ_by_name_and_slot_and_are_stable() {
+        assert_eq!(advisory_key("a", 0), advisory_key("a", 0));
+        assert_ne!(advisory_key("a", 0), advisory_key("a", 1));
+        assert_ne!(advisory_key("a", 0), advisory_key("b", 0));
+        // Pinned (FNV-1a of "jobs/" and slot 0 as 4 little-endian bytes,
+        // computed apart): every process must compute the same key.
+        assert_eq!(advisory_key("jobs", 0), -5_837_381_466_052_395_370);
+    }
+}
