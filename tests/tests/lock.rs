@@ -750,3 +750,60 @@ async fn four_processes_hand_a_postgres_lock_over_200_times_and_a_killed_holder_
     let waited = killed_holder("postgres", &server.url(), &pg_locker(&server, 1)).await;
     assert!(waited < Duration::from_secs(30), "{waited:?}");
 }
+
+/// A marker naming a live process the judge may not signal (`EPERM`):
+/// the pid cannot tell, so the marker counts as held until the stale
+/// window (30 s by default) has passed since its last refresh. As root the
+/// judge runs as `nobody` and the marker names this (root) process; as
+/// another user the marker names init.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_of_another_users_live_process_waits_for_the_stale_window() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let root = nix::unistd::geteuid().is_root();
+    let pid = if root { std::process::id() } else { 1 };
+    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string();
+    let judge = || {
+        let mut c = if root {
+            let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={}", nobody.uid))
+                .arg(format!("--regid={}", nobody.gid))
+                .arg("--clear-groups")
+                .arg(WORKER);
+            c
+        } else {
+            Command::new(WORKER)
+        };
+        c.args(["file", dir.path().to_str().unwrap(), "perm", "try"]);
+        c.output().unwrap()
+    };
+    plant(dir.path(), "perm.held", pid, Some(1), &host, Duration::ZERO);
+    let fresh = judge();
+    assert_eq!(
+        fresh.status.code(),
+        Some(3),
+        "a fresh marker of a live process was taken: {}",
+        String::from_utf8_lossy(&fresh.stdout)
+    );
+    plant(
+        dir.path(),
+        "perm.held",
+        pid,
+        Some(1),
+        &host,
+        Duration::from_secs(60),
+    );
+    let old = judge();
+    assert_eq!(
+        old.status.code(),
+        Some(0),
+        "a marker past the stale window was kept: {} {}",
+        String::from_utf8_lossy(&old.stdout),
+        String::from_utf8_lossy(&old.stderr)
+    );
+}

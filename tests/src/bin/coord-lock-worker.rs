@@ -6,6 +6,8 @@
 //!   workers apart), appends the hold's token to LOG, releases.
 //! - `coord-lock-worker BACKEND WHERE NAME hold`: acquires NAME, prints
 //!   `held <token>`, and stays until killed.
+//! - `coord-lock-worker BACKEND WHERE NAME try`: tries NAME once; prints
+//!   `acquired <token>` (exit 0) or `locked` (exit 3), and releases.
 //!
 //! BACKEND is `flock` or `file` (WHERE: the directory), `etcd` (WHERE:
 //! the endpoint), `redis` (WHERE: the URL; TTL 2 s) or `postgres` (WHERE:
@@ -20,7 +22,7 @@ use coord::lock::{FileConfig, FlockConfig, Locker, Slots};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME hold"
+        "usage: coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME hold|try"
     );
     std::process::exit(2);
 }
@@ -84,6 +86,20 @@ async fn main() {
                     .unwrap_or_else(|e| fail("open log", e));
                 writeln!(log, "{}", held.token().0).unwrap_or_else(|e| fail("write log", e));
                 held.release().await.unwrap_or_else(|e| fail("release", e));
+            }
+        }
+        [backend, place, name, "try"] => {
+            let locker = locker(backend, place).await;
+            match locker.try_acquire(name).await {
+                Ok(mut held) => {
+                    println!("acquired {}", held.token().0);
+                    held.release().await.unwrap_or_else(|e| fail("release", e));
+                }
+                Err(coord::lock::LockError::Locked) => {
+                    println!("locked");
+                    std::process::exit(3);
+                }
+                Err(e) => fail("try", e),
             }
         }
         [backend, place, name, "hold"] => {
