@@ -174,15 +174,16 @@ impl FileLocks {
     pub(super) fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
         for slot in 0..self.slots.get() {
             let path = self.slot_path(name, slot);
-            // A marker removed or replaced while judged: look again (a
-            // few times; a name that keeps changing is busy).
+            // The marker is judged first, so that trying a held lock
+            // costs no token and writes nothing. One removed, gone or
+            // replaced meanwhile: create, or look again (a few times; a
+            // name that keeps changing is busy).
             for _ in 0..3 {
+                if let Found::Held = self.judge(&path)? {
+                    break;
+                }
                 if let Some(holder) = self.create(name, slot, &path)? {
                     return Ok(holder);
-                }
-                match self.judge(&path)? {
-                    Found::Held => break,
-                    Found::Removed | Found::Changed => continue,
                 }
             }
         }
@@ -461,10 +462,7 @@ impl FileHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        let mut lost = self.lost.clone();
-        if lost.wait_for(|l| *l).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        super::signalled(&self.lost).await;
         LockLost::TakenOver
     }
 }

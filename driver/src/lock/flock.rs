@@ -89,6 +89,17 @@ pub(super) fn flock(file: File) -> std::io::Result<Flock<File>> {
     Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| e.into())
 }
 
+/// Opens (creating if missing, never truncating) a file that is locked
+/// with `flock`: a lock file or a token counter.
+fn open_lockable(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 /// Width of the token counter's digits: the file is rewritten in place
 /// with the same length, never truncated.
 const TOKEN_WIDTH: usize = 20;
@@ -102,13 +113,7 @@ pub(super) fn bump_token(
 ) -> Result<FencingToken, LockError> {
     let path = dir.join(format!("{name}.token"));
     let fail = |what: &str, e| io_error(backend, what, &path, e);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| fail("cannot open", e))?;
+    let file = open_lockable(&path).map_err(|e| fail("cannot open", e))?;
     let mut file = flock(file).map_err(|e| fail("cannot lock", e))?;
     let mut text = String::new();
     file.read_to_string(&mut text)
@@ -158,13 +163,8 @@ impl FlockLocks {
     pub(super) fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
         for slot in 0..self.slots.get() {
             let path = self.slot_path(name, slot);
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|e| io_error("flock", "cannot open", &path, e))?;
+            let file =
+                open_lockable(&path).map_err(|e| io_error("flock", "cannot open", &path, e))?;
             match try_flock(file) {
                 Ok(Ok(held)) => {
                     let token = bump_token("flock", &self.dir, name)?;

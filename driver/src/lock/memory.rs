@@ -95,11 +95,7 @@ impl MemoryHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        let mut lost = self.lost.clone();
-        if lost.wait_for(|l| *l).await.is_err() {
-            // Released: the signal is gone and never fires.
-            std::future::pending::<()>().await;
-        }
+        super::signalled(&self.lost).await;
         LockLost::TakenOver
     }
 }

@@ -252,6 +252,16 @@ impl Locker {
     }
 }
 
+/// Completes once `signal` turns true (a hold's loss, set by its
+/// refresher or connection task); never if its sender is gone first (the
+/// hold was released).
+async fn signalled(signal: &tokio::sync::watch::Receiver<bool>) {
+    let mut signal = signal.clone();
+    if signal.wait_for(|set| *set).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 fn etcd_name(prefix: &str, name: &str, slot: u32) -> String {
     if slot == 0 {
         format!("{prefix}{name}")

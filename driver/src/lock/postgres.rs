@@ -175,10 +175,10 @@ impl PostgresHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        let mut ended = self.ended.clone();
-        if self.released || ended.wait_for(|e| *e).await.is_err() {
+        if self.released {
             std::future::pending::<()>().await;
         }
+        super::signalled(&self.ended).await;
         LockLost::Disconnected
     }
 }

@@ -291,10 +291,7 @@ impl RedisHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        let mut lost = self.lost.clone();
-        if lost.wait_for(|l| *l).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        super::signalled(&self.lost).await;
         LockLost::Expired
     }
 }
