@@ -344,6 +344,85 @@ fn broken_stream_is_reopened_in_place_while_the_lease_lives() {
     );
 }
 
+/// Streams that end right after their opening reply (a proxy that cuts
+/// every stream): the first break reopens at once, but a reopened stream
+/// works only once it has answered a keep-alive of its own, so the breaks
+/// that follow are paced, each wait about twice the one before, until a
+/// stream proves itself; its next break is again reopened at once.
+#[test]
+fn streams_that_end_after_their_opening_reply_are_reopened_with_backoff() {
+    let mut m = registered(StartPolicy::FailFast);
+    let cut = || Failure::StreamClosed("keep-alive stream ended".into());
+    closed(&mut m, 500, 3, cut());
+    let out = drain(&mut m);
+    assert_eq!(
+        out.last(),
+        Some(&cmd(Command::OpenKeepAlive {
+            op: OpId(4),
+            lease: LEASE
+        }))
+    );
+    let mut now = 500;
+    let mut stream = 4;
+    let mut waits = Vec::new();
+    // The lease lives until 2 + 9000; stay well within it.
+    while now < 4000 {
+        reply(&mut m, now + 1, stream, 9);
+        closed(&mut m, now + 2, stream, cut());
+        let out = drain(&mut m);
+        assert_eq!(
+            out,
+            vec![
+                cmd(Command::CloseKeepAlive {
+                    stream: OpId(stream)
+                }),
+                ev(Event::KeepAliveInterrupted {
+                    lease: LEASE,
+                    failure: cut()
+                }),
+            ],
+            "paced, not reopened at once"
+        );
+        let at = fire(&mut m);
+        waits.push(at - (now + 2));
+        now = at;
+        stream += 1;
+        assert_eq!(
+            drain(&mut m),
+            vec![cmd(Command::OpenKeepAlive {
+                op: OpId(stream),
+                lease: LEASE
+            })]
+        );
+    }
+    // Equal jitter: the n-th wait is in [c / 2, c] ms, c = 100 * 2^n up
+    // to the fast cap (1 s): a closed stream is a fast failure.
+    assert!(waits.len() >= 4, "{waits:?}");
+    for (n, wait) in waits.iter().enumerate() {
+        let ceiling = (100u64 << n).min(1000);
+        assert!(
+            *wait >= ceiling / 2 && *wait <= ceiling,
+            "wait {n}: {wait} ms ({waits:?})"
+        );
+    }
+    // This stream answers its opening keep-alive and one of its own: it
+    // works, and its break is answered at once again.
+    reply(&mut m, now + 1, stream, 9);
+    let send_at = fire(&mut m);
+    let _ = drain(&mut m);
+    reply(&mut m, send_at + 1, stream, 9);
+    closed(&mut m, send_at + 2, stream, cut());
+    assert_eq!(
+        drain(&mut m).last(),
+        Some(&cmd(Command::OpenKeepAlive {
+            op: OpId(stream + 1),
+            lease: LEASE
+        })),
+        "a stream that worked is reopened at once"
+    );
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+}
+
 #[test]
 fn stream_that_cannot_be_reopened_loses_the_lease_at_its_deadline_then_resumes() {
     let mut m = registered(StartPolicy::FailFast);

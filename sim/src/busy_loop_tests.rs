@@ -156,21 +156,32 @@ impl EtcdApi for Flooding {
     }
 }
 
+/// Starts the simulated etcd on a node of its own; returns its address
+/// and the time it started.
+async fn simulated_etcd() -> Result<(SocketAddr, Instant), String> {
+    let start = Instant::now();
+    let etcd_addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
+    let etcd = server::new_state();
+    let etcd_node = Handle::current()
+        .create_node()
+        .name("etcd")
+        .ip(etcd_addr.ip())
+        .build();
+    let Ok(Ok(ep)) = etcd_node.spawn(Endpoint::bind(etcd_addr)).await else {
+        return Err("etcd's endpoint".to_string());
+    };
+    etcd_node.spawn(server::serve(etcd.clone(), ep.clone(), start));
+    etcd_node.spawn(server::lessor(etcd.clone(), start));
+    etcd_node.spawn(server::flush_watches(etcd, ep));
+    Ok((etcd_addr, start))
+}
+
 #[test]
 fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
     let rt = madsim::runtime::Runtime::with_seed_and_config(5, madsim::Config::default());
-    let outcome = rt.block_on(async {
+    let outcome: Result<_, String> = rt.block_on(async {
         let handle = Handle::current();
-        let start = Instant::now();
-        let etcd_addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
-        let etcd = server::new_state();
-        let etcd_node = handle.create_node().name("etcd").ip(etcd_addr.ip()).build();
-        let Ok(Ok(ep)) = etcd_node.spawn(Endpoint::bind(etcd_addr)).await else {
-            return Err("etcd's endpoint".to_string());
-        };
-        etcd_node.spawn(server::serve(etcd.clone(), ep.clone(), start));
-        etcd_node.spawn(server::lessor(etcd.clone(), start));
-        etcd_node.spawn(server::flush_watches(etcd, ep));
+        let (etcd_addr, start) = simulated_etcd().await?;
         let client = handle
             .create_node()
             .name("pool")

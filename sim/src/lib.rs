@@ -16,6 +16,8 @@ pub mod api_checker;
 pub mod bounds;
 #[cfg(all(madsim, test))]
 mod busy_loop_tests;
+#[cfg(all(madsim, test))]
+mod catch_up_tests;
 #[cfg(madsim)]
 pub mod checker;
 #[cfg(madsim)]

@@ -46,6 +46,10 @@ struct Unanswered {
     started: Arc<AtomicI64>,
     keepers: Live,
     readers: Live,
+    /// When set, each keep-alive stream ends after its first reply.
+    short_streams: bool,
+    /// Keep-alive streams opened.
+    opened: Arc<AtomicI64>,
 }
 
 struct Keeper {
@@ -63,11 +67,19 @@ impl KeepAliveSender for Keeper {
 
 struct Replies {
     sent: mpsc::UnboundedReceiver<()>,
+    /// Replies left before the stream ends; `None`: never ends.
+    left: Option<u32>,
     _alive: Alive,
 }
 
 impl KeepAliveReplies for Replies {
     async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        if let Some(left) = &mut self.left {
+            if *left == 0 {
+                return None;
+            }
+            *left -= 1;
+        }
         // A reply per keep-alive; once the keeper is gone, nothing (a
         // stream the server has not closed yet).
         match self.sent.recv().await {
@@ -124,6 +136,7 @@ impl EtcdApi for Unanswered {
         Ok(())
     }
     async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(Keeper, Replies), EtcdError> {
+        self.opened.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::unbounded_channel();
         // The first reply comes with the stream.
         let _ = tx.send(());
@@ -133,6 +146,7 @@ impl EtcdApi for Unanswered {
         };
         let replies = Replies {
             sent: rx,
+            left: self.short_streams.then_some(1),
             _alive: self.readers.one(),
         };
         Ok((keeper, replies))
@@ -219,4 +233,38 @@ fn abandoned_requests_are_dropped_and_a_closed_session_leaves_nothing_running() 
             "requests or streams outlived the session ({how})"
         );
     }
+}
+
+/// Keep-alive streams that end after their first reply (a proxy that
+/// cuts every stream): the session reopens one after another, paced by
+/// its backoff (up to the 1 s fast cap here: about 15 in 10 s, not one
+/// per turn of its loop), and drops each ended stream's sending half when
+/// its end arrives, so at most one is ever live.
+#[test]
+fn a_keep_alive_stream_that_keeps_ending_is_reopened_with_backoff_and_dropped() {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(3, madsim::Config::default());
+    let api = Unanswered {
+        short_streams: true,
+        ..Unanswered::default()
+    };
+    let seen = api.clone();
+    let outcome = rt.block_on(async move {
+        let session = coord::Session::new(api, options()).await.ok()?;
+        let mut most = 0;
+        for _ in 0..200 {
+            madsim::time::sleep(Duration::from_millis(50)).await;
+            most = most.max(seen.keepers.count());
+        }
+        let opened = seen.opened.load(Ordering::SeqCst);
+        drop(session);
+        Some((opened, most))
+    });
+    let Some((opened, most)) = outcome else {
+        panic!("the session did not start");
+    };
+    assert!(
+        (3..=40).contains(&opened),
+        "{opened} keep-alive streams in 10 s"
+    );
+    assert!(most <= 1, "{most} keep-alive senders live at once");
 }

@@ -565,6 +565,89 @@ async fn four_processes_hand_an_etcd_lock_over_200_times() {
     handoffs("etcd", &etcd.endpoints()[0]).await;
 }
 
+/// Four worker processes take turns 100 times each through a fencing
+/// store, and the server is restarted once the first 50 rounds are
+/// logged. The hold live at the restart may lose its write; every other
+/// write must be accepted, which it is only if every token issued after
+/// the restart is above every token issued before it.
+async fn fenced_handoffs_through_a_restart<F, Fut>(backend: &str, place: &str, restart: F)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    const ROUNDS: usize = 4 * 100;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let log = dir.path().join("log");
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::process::Command::new(WORKER)
+                .args([backend, place, "fenced", "fenced", "100"])
+                .arg(&store)
+                .arg(&log)
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let logged = || {
+        fs::read_to_string(&log)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while logged() < 50 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{backend}: fewer than 50 rounds in 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before_restart = logged();
+    restart().await;
+    for mut w in workers {
+        let status = tokio::time::timeout(Duration::from_secs(300), w.wait())
+            .await
+            .expect("a worker never finished")
+            .unwrap();
+        assert!(status.success(), "{backend}: a worker failed: {status}");
+    }
+    let lines = fs::read_to_string(&log).unwrap();
+    let rounds: Vec<(&str, i64)> = lines
+        .lines()
+        .map(|l| {
+            let (verdict, token) = l.split_once(' ').unwrap();
+            (verdict, token.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(rounds.len(), ROUNDS);
+    assert!(
+        before_restart < ROUNDS,
+        "{backend}: the run ended before the restart"
+    );
+    let rejected: Vec<_> = rounds.iter().filter(|(v, _)| *v == "rejected").collect();
+    assert!(
+        rejected.len() <= 1,
+        "{backend}: the store refused {} holds, so tokens went back after the restart: {rounds:?}",
+        rejected.len()
+    );
+    let accepted: Vec<i64> = rounds
+        .iter()
+        .filter(|(v, _)| *v == "accepted")
+        .map(|(_, t)| *t)
+        .collect();
+    let mut distinct = accepted.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), accepted.len(), "{backend}: a token twice");
+    let stored = fs::read_to_string(&store).unwrap();
+    assert_eq!(
+        stored.split_whitespace().next(),
+        Some(accepted.len().to_string().as_str()),
+        "{backend}: the store's count"
+    );
+}
+
 /// A worker holding `name` is killed -9; returns how long the next
 /// acquirer (`locker`) waited after the kill.
 async fn killed_holder(backend: &str, place: &str, locker: &Locker) -> Duration {
@@ -689,6 +772,14 @@ async fn four_processes_hand_a_redis_lock_over_200_times_and_a_killed_holder_exp
     assert!(waited < Duration::from_secs(30), "{waited:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_tokens_keep_growing_through_a_restart_mid_run() {
+    init_tracing();
+    let mut server = RedisServer::start().await;
+    let url = server.url();
+    fenced_handoffs_through_a_restart("redis", &url, || server.restart()).await;
+}
+
 fn pg_locker(server: &PostgresServer, slots: u32) -> Locker {
     Locker::postgres(coord::lock::PostgresConfig {
         slots: Slots::new(slots).unwrap(),
@@ -749,6 +840,14 @@ async fn four_processes_hand_a_postgres_lock_over_200_times_and_a_killed_holder_
     handoffs("postgres", &server.url()).await;
     let waited = killed_holder("postgres", &server.url(), &pg_locker(&server, 1)).await;
     assert!(waited < Duration::from_secs(30), "{waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tokens_keep_growing_through_a_crash_restart_mid_run() {
+    init_tracing();
+    let mut server = PostgresServer::start().await;
+    let url = server.url();
+    fenced_handoffs_through_a_restart("postgres", &url, || server.restart()).await;
 }
 
 /// A marker naming a live process the judge may not signal (`EPERM`):

@@ -20,11 +20,17 @@ pub(super) struct Stream {
     pub(super) expires_at: Instant,
     /// Live replies received on this stream.
     pub(super) replies: u64,
+    /// Live replies after which the stream counts as working: 1 for a
+    /// stream opened while registering (the registration proves it), 2
+    /// for a reopened one (its opening reply alone proves too little: a
+    /// stream that ends right after it must not be reopened at once,
+    /// over and over).
+    pub(super) proof: u64,
 }
 
 impl Stream {
-    /// A stream just opened at `now` (the open sends the first keep-alive),
-    /// for a lease known alive until `expires_at`.
+    /// A stream just opened at `now` while registering (the open sends
+    /// the first keep-alive), for a lease known alive until `expires_at`.
     pub(super) fn opened(op: OpId, now: Instant, expires_at: Instant) -> Self {
         Stream {
             op,
@@ -32,7 +38,23 @@ impl Stream {
             last_send: now,
             expires_at,
             replies: 0,
+            proof: 1,
         }
+    }
+
+    /// A stream just opened at `now` in place of a held lease's broken
+    /// one: it works once it has also answered a keep-alive of its own.
+    pub(super) fn reopened(op: OpId, now: Instant, expires_at: Instant) -> Self {
+        Stream {
+            proof: 2,
+            ..Stream::opened(op, now, expires_at)
+        }
+    }
+
+    /// Whether the stream has answered enough to count as working: a
+    /// break is then answered by reopening at once.
+    pub(super) fn works(&self) -> bool {
+        self.replies >= self.proof
     }
 
     /// Records a live reply: the oldest unacknowledged send plus the TTL is

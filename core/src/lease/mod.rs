@@ -14,7 +14,8 @@
 //! dropped it ([`LeaseEngine::expires_at`]).
 //!
 //! A keep-alive stream that closes or errors while the deadline has not
-//! passed is reopened at once (then with fast backoff), and the lease stays
+//! passed is reopened at once (then with fast backoff, until a reopened
+//! stream has answered a keep-alive beyond its opening one), and the lease stays
 //! registered: it provably lives, so a broken TCP stream or one etcd member
 //! going down is not a loss ([`Event::KeepAliveInterrupted`] reports it).
 //! The lease is **lost** when a reply carries TTL 0 or etcd says "lease not
@@ -258,7 +259,8 @@ pub enum Event {
         ttl: Duration,
     },
     /// The keep-alive stream broke while the lease is provably alive; it is
-    /// being reopened and the lease stays registered.
+    /// being reopened (at once, or after a backoff if the stream it
+    /// replaced had not proved itself yet) and the lease stays registered.
     KeepAliveInterrupted {
         /// The held lease.
         lease: LeaseId,

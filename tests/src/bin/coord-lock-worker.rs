@@ -4,6 +4,14 @@
 //!   times, acquires NAME, increments the number in file COUNTER without
 //!   any atomicity of its own (read, pause, write: only the lock keeps two
 //!   workers apart), appends the hold's token to LOG, releases.
+//! - `coord-lock-worker BACKEND WHERE NAME fenced N STORE LOG`: N rounds
+//!   that ride out a backend restart: an acquire the backend fails is
+//!   tried again (for up to 120 s), and each hold writes to STORE, a
+//!   stand-in for a fencing storage service: under a flock of its own, it
+//!   keeps `<count> <highest token>` and accepts a write only with a token
+//!   above the highest it has seen. LOG gets `accepted <token>` or
+//!   `rejected <token>` per round. A release that fails is not an error
+//!   (the restart may have taken the hold).
 //! - `coord-lock-worker BACKEND WHERE NAME hold`: acquires NAME, prints
 //!   `held <token>`, and stays until killed.
 //! - `coord-lock-worker BACKEND WHERE NAME try`: tries NAME once; prints
@@ -22,7 +30,7 @@ use coord::lock::{FileConfig, FlockConfig, Locker, Slots};
 
 fn usage() -> ! {
     eprintln!(
-        "usage: coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME rounds N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME hold|try"
+        "usage: coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME rounds|fenced N COUNTER LOG\n       coord-lock-worker flock|file|etcd|redis|postgres WHERE NAME hold|try"
     );
     std::process::exit(2);
 }
@@ -60,6 +68,65 @@ async fn locker(backend: &str, place: &str) -> Locker {
     }
 }
 
+/// Acquires `name`, trying again while the backend fails (a server
+/// restarting); gives up after 120 s.
+async fn acquire_through_outages(locker: &Locker, name: &str) -> coord::lock::Holder {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match locker.acquire(name, Some(left)).await {
+            Ok(held) => return held,
+            Err(coord::lock::LockError::Backend { .. }) if !left.is_zero() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => fail("acquire", e),
+        }
+    }
+}
+
+/// The fencing storage: under an exclusive flock on `store`, accepts the
+/// write (count + 1, highest token = `token`) only if `token` is above
+/// the highest token it has accepted. Returns `accepted` or `rejected`.
+fn fenced_write(store: &str, token: i64) -> &'static str {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(store)
+        .unwrap_or_else(|e| fail("open store", e));
+    let mut file = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| fail("flock store", e));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut *file, &mut text).unwrap_or_else(|e| fail("read store", e));
+    let mut fields = text
+        .split_whitespace()
+        .map(|f| f.parse::<i64>().unwrap_or(0));
+    let (count, highest) = (
+        fields.next().unwrap_or(0),
+        fields.next().unwrap_or(i64::MIN),
+    );
+    if token <= highest {
+        return "rejected";
+    }
+    let record = format!("{} {token}\n", count + 1);
+    std::io::Seek::rewind(&mut *file).unwrap_or_else(|e| fail("seek store", e));
+    file.set_len(0)
+        .unwrap_or_else(|e| fail("truncate store", e));
+    file.write_all(record.as_bytes())
+        .unwrap_or_else(|e| fail("write store", e));
+    "accepted"
+}
+
+fn append(log: &str, line: &str) {
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| fail("open log", e));
+    writeln!(log, "{line}").unwrap_or_else(|e| fail("write log", e));
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -79,13 +146,18 @@ async fn main() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 std::fs::write(counter, format!("{}\n", value + 1))
                     .unwrap_or_else(|e| fail("write counter", e));
-                let mut log = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(log)
-                    .unwrap_or_else(|e| fail("open log", e));
-                writeln!(log, "{}", held.token().0).unwrap_or_else(|e| fail("write log", e));
+                append(log, &held.token().0.to_string());
                 held.release().await.unwrap_or_else(|e| fail("release", e));
+            }
+        }
+        [backend, place, name, "fenced", n, store, log] => {
+            let n: u32 = n.parse().unwrap_or_else(|_| usage());
+            let locker = locker(backend, place).await;
+            for _ in 0..n {
+                let mut held = acquire_through_outages(&locker, name).await;
+                let verdict = fenced_write(store, held.token().0);
+                append(log, &format!("{verdict} {}", held.token().0));
+                let _ = held.release().await;
             }
         }
         [backend, place, name, "try"] => {

@@ -14,7 +14,7 @@ impl LeaseEngine {
         });
         self.state = State::Held {
             lease,
-            link: Link::Up(Stream::opened(op, now, expires_at)),
+            link: Link::Up(Stream::reopened(op, now, expires_at)),
             next_send: now + self.config.refresh,
         };
     }
@@ -153,11 +153,12 @@ impl LeaseEngine {
                     self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
                     self.lose(now, lease, LostReason::LeaseExpired);
                 } else {
-                    if stream.replies == 0 {
+                    let worked = stream.works();
+                    stream.ack(ttl_secs);
+                    if stream.works() && !worked {
                         // A reopened stream is confirmed: the link healed.
                         self.backoff.reset();
                     }
-                    stream.ack(ttl_secs);
                     self.state = State::Held {
                         lease,
                         link: Link::Up(stream),
@@ -236,7 +237,7 @@ impl LeaseEngine {
             self.lose(now, lease, LostReason::LeaseExpired);
         } else if now >= stream.expires_at {
             self.lose(now, lease, LostReason::StreamClosed(failure));
-        } else if stream.replies > 0 {
+        } else if stream.works() {
             // A working stream broke: reopen at once.
             self.out.event(Event::KeepAliveInterrupted {
                 lease: lease.id,
@@ -244,7 +245,15 @@ impl LeaseEngine {
             });
             self.reopen(now, lease, stream.expires_at);
         } else {
-            // A reopened stream failed too: pace the next try.
+            // A reopened stream failed too, before it proved itself (even
+            // if it answered its opening keep-alive): pace the next try, so
+            // that streams that keep breaking back off.
+            if stream.replies > 0 {
+                self.out.event(Event::KeepAliveInterrupted {
+                    lease: lease.id,
+                    failure: failure.clone(),
+                });
+            }
             let retry_at = now + self.backoff.next_delay(failure.class());
             self.state = State::Held {
                 lease,
