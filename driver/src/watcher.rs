@@ -542,14 +542,18 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
             HostEvent::Retrying { .. } => ("retrying", None),
         };
         crate::telemetry::watcher_event(kind, revision);
+        // Handed to the consumer once the turn's outputs are drained, after
+        // the state they lead to is published (`drained`): a consumer that
+        // reads `Retrying` then finds the status `Failing`, never the state
+        // from before the event.
         self.outbox.push_back(out);
-        // Straight to the consumer when it has room: no turn of the run
-        // loop per event.
-        self.flush();
     }
 
     fn drained(&mut self, machine: &Watcher) {
         ViewStatus::publish(&self.status, machine.status(), self.clock);
+        // Straight to the consumer when it has room: no turn of the run
+        // loop per event.
+        self.flush();
     }
 
     fn ended(&mut self, _machine: &Watcher) {
