@@ -63,11 +63,16 @@ fn next_of(mut events: SimWatchEvents) -> Next {
 }
 
 /// The real stream's messages as they come; whenever it has none ready, a
-/// true progress notification (every event up to the last revision seen
-/// was sent), after a millisecond of the loop's time.
+/// true progress notification, after a millisecond of the loop's time. It
+/// claims only what was delivered: every event up to the last event seen,
+/// or, before any, up to the revision before the watch's start (a
+/// `Created` header names etcd's revision, not what the stream has sent).
 struct Flood {
     next: Option<Next>,
+    /// The revision every event up to which was delivered, and the
+    /// cluster; `None` until `Created`.
     last: Option<(Revision, ClusterId)>,
+    start: Revision,
 }
 
 impl WatchEvents for Flood {
@@ -85,9 +90,20 @@ impl WatchEvents for Flood {
             }
         };
         match (ready, self.last) {
-            (Some((events, message)), _) => {
+            (Some((events, message)), last) => {
                 if let Some(Ok(m)) = &message {
-                    self.last = Some((m.revision, m.cluster));
+                    let delivered = match m.kind {
+                        MessageKind::Created => Revision(self.start.0.saturating_sub(1)),
+                        MessageKind::Progress => m.revision,
+                        _ => m
+                            .events
+                            .iter()
+                            .map(|e| e.revision())
+                            .max()
+                            .unwrap_or(m.revision),
+                    };
+                    let before = last.map_or(Revision(0), |(r, _)| r);
+                    self.last = Some((delivered.max(before), m.cluster));
                     self.next = Some(next_of(events));
                 }
                 message
@@ -131,6 +147,7 @@ impl EtcdApi for Flooding {
             Flood {
                 next: Some(next_of(events)),
                 last: None,
+                start,
             },
         ))
     }
@@ -238,4 +255,73 @@ fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
             "keep-alives {gap:?} apart (refresh {refresh:?})"
         );
     }
+}
+
+/// Two watch streams in one loop, the first never running dry: the
+/// second is still read. A pool waits behind a rival for two names; the
+/// rival keeps the first and resigns the second, whose deletion reaches
+/// the pool only on the second stream. Reading the streams in turn (from
+/// the one after the last read) wins the second name at once; always
+/// reading the first ready stream first would never get to it.
+#[test]
+fn a_watch_stream_that_never_runs_dry_does_not_starve_another() {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(6, madsim::Config::default());
+    let outcome: Result<_, String> = rt.block_on(async {
+        let handle = Handle::current();
+        let (etcd_addr, start) = simulated_etcd().await?;
+        let client = handle
+            .create_node()
+            .name("pool")
+            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
+            .build();
+        let run = client.spawn(async move {
+            let opts = SessionOptions {
+                ttl: Duration::from_secs(10),
+                seed: Some(6),
+                ..SessionOptions::default()
+            };
+            let fail = |e: coord::Error| e.to_string();
+            let plain = SimEtcd::connect(etcd_addr, 2, ClientLog::new(start))
+                .await
+                .map_err(|e| e.to_string())?;
+            let rival = ElectionPool::new(plain, opts.clone()).await.map_err(fail)?;
+            let kept = rival.election("kept").map_err(fail)?;
+            let _kept = kept.campaign("rival").await.map_err(fail)?;
+            let given = rival.election("given").map_err(fail)?;
+            let given_up = given.campaign("rival").await.map_err(fail)?;
+            let inner = SimEtcd::connect(etcd_addr, 1, ClientLog::new(start))
+                .await
+                .map_err(|e| e.to_string())?;
+            let api = Flooding {
+                inner,
+                sends: Arc::default(),
+            };
+            let pool = ElectionPool::new(api, opts).await.map_err(fail)?;
+            // Queued in this order, the first name's stream is read first.
+            let first = pool.election("kept").map_err(fail)?;
+            let waiting_first = madsim::task::spawn(async move { first.campaign("me").await });
+            madsim::time::sleep(Duration::from_secs(1)).await;
+            let second = pool.election("given").map_err(fail)?;
+            let mut waiting = madsim::task::spawn(async move { second.campaign("me").await });
+            madsim::time::sleep(Duration::from_secs(1)).await;
+            given_up.resign().await.map_err(fail)?;
+            let won = madsim::time::timeout(Duration::from_secs(20), &mut waiting).await;
+            let first_won = waiting_first.is_finished();
+            // The campaigns hold the pool's session: end them, or its
+            // flooded loop runs on after the test.
+            waiting.abort();
+            waiting_first.abort();
+            Ok((matches!(won, Ok(Ok(Ok(_)))), first_won))
+        });
+        run.await.map_err(|e| format!("{e:?}"))?
+    });
+    let (won, first_won) = match outcome {
+        Ok(o) => o,
+        Err(e) => panic!("the run failed: {e}"),
+    };
+    assert!(
+        !first_won,
+        "the first name was won from a rival that kept it"
+    );
+    assert!(won, "the second name was never won: its stream was starved");
 }

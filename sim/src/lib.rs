@@ -39,6 +39,8 @@ pub mod observe_checker;
 mod observe_options_tests;
 #[cfg(madsim)]
 pub mod process;
+#[cfg(all(madsim, test))]
+mod register_tests;
 #[cfg(madsim)]
 pub mod report;
 #[cfg(madsim)]

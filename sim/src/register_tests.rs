@@ -1,0 +1,144 @@
+//! What `HostLiveness::register` writes: the metadata it was given, with
+//! `started_at_unix_ns` filled in only when it was 0.
+
+use std::sync::{Arc, Mutex};
+
+use coord::{
+    EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies, KeepAliveSender,
+    LeaseId, LivenessOptions, Revision, WatchControl, WatchEvents, WatchMessage,
+};
+use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use coord_core::ClusterId;
+use tokio::sync::mpsc;
+
+/// Grants leases, answers every keep-alive, and holds no key: every
+/// transaction's compares fail (the registration's compare-and-put finds
+/// no key), its failure branch runs, and the values it puts are recorded.
+#[derive(Clone, Default)]
+struct Recording {
+    puts: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+struct Keeper(mpsc::UnboundedSender<()>);
+
+impl KeepAliveSender for Keeper {
+    async fn send(&mut self) -> Result<(), EtcdError> {
+        self.0
+            .send(())
+            .map_err(|_| EtcdError::Unavailable("gone".into()))
+    }
+}
+
+struct Replies(mpsc::UnboundedReceiver<()>);
+
+impl KeepAliveReplies for Replies {
+    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+        self.0.recv().await.map(|()| Ok(10))
+    }
+}
+
+struct NoWatch;
+
+impl WatchControl for NoWatch {
+    async fn request_progress(&mut self) -> Result<(), EtcdError> {
+        Ok(())
+    }
+    async fn cancel(&mut self) {}
+}
+
+impl WatchEvents for NoWatch {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        None
+    }
+}
+
+impl EtcdApi for Recording {
+    type Keeper = Keeper;
+    type Replies = Replies;
+    type WatchControl = NoWatch;
+    type WatchEvents = NoWatch;
+
+    async fn range(&self, _request: RangeRequest) -> Result<Listing, EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        let mut responses = Vec::new();
+        for op in txn.failure {
+            if let TxnOp::Put { value, .. } = op {
+                self.puts
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(value);
+                responses.push(TxnOpResponse::Put);
+            }
+        }
+        Ok(TxnResponse {
+            succeeded: false,
+            revision: Revision(2),
+            responses,
+            cluster: ClusterId(1),
+        })
+    }
+    async fn watch(
+        &self,
+        _key: Vec<u8>,
+        _prefix: bool,
+        _start: Revision,
+    ) -> Result<(NoWatch, NoWatch), EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        Ok(Granted {
+            lease: LeaseId(9),
+            ttl_secs,
+        })
+    }
+    async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+        Ok(())
+    }
+    async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(Keeper, Replies), EtcdError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // The open sends the first keep-alive.
+        let _ = tx.send(());
+        Ok((Keeper(tx), Replies(rx)))
+    }
+}
+
+/// The `started_at_unix_ns` that registering with `given` writes.
+fn written_started_at(given: i64) -> i64 {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(2, madsim::Config::default());
+    let api = Recording::default();
+    let puts = Arc::clone(&api.puts);
+    let registered = rt.block_on(async move {
+        let meta = HostMetadata {
+            started_at_unix_ns: given,
+            ..HostMetadata::new("h1", "h1.example")
+        };
+        let Ok(host) = HostLiveness::register(api, meta, LivenessOptions::default()).await else {
+            return false;
+        };
+        let _ = host.stop().await;
+        true
+    });
+    assert!(registered, "the registration failed");
+    let puts = puts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let Some(first) = puts.first() else {
+        panic!("nothing was written");
+    };
+    let written: HostMetadata = match serde_json::from_slice(first) {
+        Ok(m) => m,
+        Err(e) => panic!("the written metadata does not parse: {e}"),
+    };
+    assert_eq!(written.host_uuid, "h1");
+    assert_eq!(written.hostname, "h1.example");
+    written.started_at_unix_ns
+}
+
+#[test]
+fn a_given_start_time_is_written_as_given_and_zero_is_filled_in() {
+    assert_eq!(written_started_at(12_345), 12_345);
+    assert_ne!(written_started_at(0), 0, "a start time of 0 was not filled");
+}
