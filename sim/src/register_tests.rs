@@ -1,11 +1,13 @@
 //! What `HostLiveness::register` writes: the metadata it was given, with
-//! `started_at_unix_ns` filled in only when it was 0.
+//! `started_at_unix_ns` filled in only when it was 0; metadata up to
+//! `MAX_METADATA_LEN` bytes of JSON and not a byte more; and what `stop`
+//! reports when etcd does not confirm the revoke.
 
 use std::sync::{Arc, Mutex};
 
 use coord::{
-    EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies, KeepAliveSender,
-    LeaseId, LivenessOptions, Revision, WatchControl, WatchEvents, WatchMessage,
+    Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
+    KeepAliveSender, LeaseId, LivenessOptions, Revision, WatchControl, WatchEvents, WatchMessage,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use coord_core::ClusterId;
@@ -17,6 +19,8 @@ use tokio::sync::mpsc;
 #[derive(Clone, Default)]
 struct Recording {
     puts: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// When set, every revoke fails (etcd unreachable).
+    revokes_fail: bool,
 }
 
 struct Keeper(mpsc::UnboundedSender<()>);
@@ -94,6 +98,9 @@ impl EtcdApi for Recording {
         })
     }
     async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+        if self.revokes_fail {
+            return Err(EtcdError::Unavailable("unreachable".into()));
+        }
         Ok(())
     }
     async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(Keeper, Replies), EtcdError> {
@@ -141,4 +148,69 @@ fn written_started_at(given: i64) -> i64 {
 fn a_given_start_time_is_written_as_given_and_zero_is_filled_in() {
     assert_eq!(written_started_at(12_345), 12_345);
     assert_ne!(written_started_at(0), 0, "a start time of 0 was not filled");
+}
+
+/// Metadata whose JSON is exactly `len` bytes.
+fn metadata_of_len(len: usize) -> HostMetadata {
+    let mut meta = HostMetadata::new("h1", "h1.example");
+    meta.started_at_unix_ns = 1;
+    meta.extra
+        .insert("pad".into(), serde_json::Value::String(String::new()));
+    let base = serde_json::to_vec(&meta).map_or(0, |v| v.len());
+    let pad = "x".repeat(len.saturating_sub(base));
+    meta.extra
+        .insert("pad".into(), serde_json::Value::String(pad));
+    meta
+}
+
+/// What registering `meta` (then stopping) returns.
+fn register(meta: HostMetadata, api: Recording) -> (Result<(), Error>, Result<(), Error>) {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(2, madsim::Config::default());
+    rt.block_on(async move {
+        let opts = LivenessOptions {
+            request_timeout: std::time::Duration::from_millis(500),
+            ..LivenessOptions::default()
+        };
+        match HostLiveness::register(api, meta, opts).await {
+            Ok(host) => (Ok(()), host.stop().await),
+            Err(e) => (Err(e), Ok(())),
+        }
+    })
+}
+
+#[test]
+fn metadata_up_to_the_limit_is_registered_and_a_byte_more_refused() {
+    let max = coord::MAX_METADATA_LEN;
+    let at_limit = metadata_of_len(max);
+    assert_eq!(serde_json::to_vec(&at_limit).map_or(0, |v| v.len()), max);
+    let (registered, _) = register(at_limit, Recording::default());
+    assert!(registered.is_ok(), "{registered:?}");
+    let over = metadata_of_len(max + 1);
+    let api = Recording::default();
+    let puts = Arc::clone(&api.puts);
+    let (registered, _) = register(over, api);
+    assert!(
+        matches!(registered, Err(Error::MetadataTooLarge { size, max: m }) if size == max + 1 && m == max),
+        "{registered:?}"
+    );
+    assert!(
+        puts.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty(),
+        "oversized metadata was written"
+    );
+}
+
+#[test]
+fn stop_reports_a_revoke_etcd_did_not_confirm() {
+    let api = Recording {
+        revokes_fail: true,
+        ..Recording::default()
+    };
+    let (registered, stopped) = register(metadata_of_len(200), api);
+    assert!(registered.is_ok(), "{registered:?}");
+    assert!(
+        matches!(stopped, Err(Error::RevokeNotConfirmed { .. })),
+        "{stopped:?}"
+    );
 }
