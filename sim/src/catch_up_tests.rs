@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::test_fakes::NoLease;
 use coord::{
-    EtcdApi, EtcdError, Granted, HostWatcher, KeepAliveReplies, KeepAliveSender, LeaseId, Revision,
-    WatchControl, WatchEvents, WatchMessage, WatcherOptions,
+    EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, WatchControl, WatchEvents,
+    WatchMessage, WatcherOptions,
 };
 use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::ClusterId;
@@ -31,20 +32,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Clone, Default)]
 struct PausedAfterEachProbe {
     watches: Arc<AtomicU64>,
-}
-
-struct NoLease;
-
-impl KeepAliveSender for NoLease {
-    async fn send(&mut self) -> Result<(), EtcdError> {
-        Err(EtcdError::LeaseNotFound)
-    }
-}
-
-impl KeepAliveReplies for NoLease {
-    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
-        None
-    }
 }
 
 fn message(kind: MessageKind) -> WatchMessage {

@@ -51,6 +51,8 @@ pub mod schedule;
 pub mod server;
 #[cfg(all(madsim, test))]
 mod task_leak_tests;
+#[cfg(all(madsim, test))]
+mod test_fakes;
 #[cfg(madsim)]
 pub mod watcher_checker;
 #[cfg(madsim)]

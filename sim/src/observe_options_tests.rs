@@ -7,9 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::test_fakes::NoLease;
 use coord::{
-    BackoffConfig, EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, LeaseId,
-    Revision, SessionOptions, WatchControl, WatchEvents, WatchMessage,
+    BackoffConfig, EtcdApi, EtcdError, Granted, LeaseId, Revision, SessionOptions, WatchControl,
+    WatchEvents, WatchMessage,
 };
 use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::ClusterId;
@@ -20,20 +21,6 @@ use madsim::time::Instant;
 #[derive(Clone)]
 struct QuietStreams {
     watches: Arc<Mutex<Vec<Instant>>>,
-}
-
-struct NoLease;
-
-impl KeepAliveSender for NoLease {
-    async fn send(&mut self) -> Result<(), EtcdError> {
-        Err(EtcdError::LeaseNotFound)
-    }
-}
-
-impl KeepAliveReplies for NoLease {
-    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
-        None
-    }
 }
 
 /// Takes progress requests and never answers them.

@@ -5,9 +5,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::test_fakes::NoWatch;
 use coord::{
     Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
-    KeepAliveSender, LeaseId, LivenessOptions, Revision, WatchControl, WatchEvents, WatchMessage,
+    KeepAliveSender, LeaseId, LivenessOptions, Revision,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use coord_core::ClusterId;
@@ -38,21 +39,6 @@ struct Replies(mpsc::UnboundedReceiver<()>);
 impl KeepAliveReplies for Replies {
     async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
         self.0.recv().await.map(|()| Ok(10))
-    }
-}
-
-struct NoWatch;
-
-impl WatchControl for NoWatch {
-    async fn request_progress(&mut self) -> Result<(), EtcdError> {
-        Ok(())
-    }
-    async fn cancel(&mut self) {}
-}
-
-impl WatchEvents for NoWatch {
-    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
-        None
     }
 }
 

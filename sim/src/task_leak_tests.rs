@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::test_fakes::NoWatch;
 use coord::{
     BackoffConfig, Election, EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender,
-    LeaseId, Revision, SessionOptions, WatchControl, WatchEvents, WatchMessage,
+    LeaseId, Revision, SessionOptions,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use tokio::sync::mpsc;
@@ -86,21 +87,6 @@ impl KeepAliveReplies for Replies {
             Some(()) => Some(Ok(10)),
             None => std::future::pending().await,
         }
-    }
-}
-
-struct NoWatch;
-
-impl WatchControl for NoWatch {
-    async fn request_progress(&mut self) -> Result<(), EtcdError> {
-        Ok(())
-    }
-    async fn cancel(&mut self) {}
-}
-
-impl WatchEvents for NoWatch {
-    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
-        None
     }
 }
 
