@@ -9,9 +9,7 @@
 //! due timer waited for every other input to run dry, and once lost its
 //! 10 s lease.
 
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::pin::Pin;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -20,14 +18,12 @@ use coord::{
     ElectionPool, EtcdApi, EtcdError, Granted, KeepAliveSender, LeaseId, Revision, SessionOptions,
     WatchEvents, WatchMessage,
 };
-use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
-use coord_core::ClusterId;
-use madsim::net::Endpoint;
+use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use madsim::runtime::Handle;
 use madsim::time::Instant;
 
-use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
-use crate::server;
+use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl};
+use crate::test_fakes::{next_message, simulated_etcd, Delivered, NextMessage};
 
 /// The simulated etcd, whose watch streams never run dry, and which
 /// records when each keep-alive was sent.
@@ -52,73 +48,40 @@ impl KeepAliveSender for RecordedKeeper {
     }
 }
 
-type Next =
-    Pin<Box<dyn Future<Output = (SimWatchEvents, Option<Result<WatchMessage, EtcdError>>)> + Send>>;
-
-fn next_of(mut events: SimWatchEvents) -> Next {
-    Box::pin(async move {
-        let m = events.next().await;
-        (events, m)
-    })
-}
-
 /// The real stream's messages as they come; whenever it has none ready, a
-/// true progress notification, after a millisecond of the loop's time. It
-/// claims only what was delivered: every event up to the last event seen,
-/// or, before any, up to the revision before the watch's start (a
-/// `Created` header names etcd's revision, not what the stream has sent).
+/// true progress notification (see [`Delivered`]), after a millisecond of
+/// the loop's time.
 struct Flood {
-    next: Option<Next>,
-    /// The revision every event up to which was delivered, and the
-    /// cluster; `None` until `Created`.
-    last: Option<(Revision, ClusterId)>,
-    start: Revision,
+    next: Option<NextMessage>,
+    delivered: Delivered,
 }
 
 impl WatchEvents for Flood {
     async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
         let mut pending = self.next.take()?;
-        let ready = match self.last {
+        let ready = if self.delivered.created() {
+            std::future::poll_fn(|cx| match pending.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(Some(r)),
+                Poll::Pending => Poll::Ready(None),
+            })
+            .await
+        } else {
             // Nothing seen yet: wait for `Created`.
-            None => Some(pending.as_mut().await),
-            Some(_) => {
-                std::future::poll_fn(|cx| match pending.as_mut().poll(cx) {
-                    Poll::Ready(r) => Poll::Ready(Some(r)),
-                    Poll::Pending => Poll::Ready(None),
-                })
-                .await
-            }
+            Some(pending.as_mut().await)
         };
-        match (ready, self.last) {
-            (Some((events, message)), last) => {
+        match ready {
+            Some((events, message)) => {
                 if let Some(Ok(m)) = &message {
-                    let delivered = match m.kind {
-                        MessageKind::Created => Revision(self.start.0.saturating_sub(1)),
-                        MessageKind::Progress => m.revision,
-                        _ => m
-                            .events
-                            .iter()
-                            .map(|e| e.revision())
-                            .max()
-                            .unwrap_or(m.revision),
-                    };
-                    let before = last.map_or(Revision(0), |(r, _)| r);
-                    self.last = Some((delivered.max(before), m.cluster));
-                    self.next = Some(next_of(events));
+                    self.delivered.saw(m);
+                    self.next = Some(next_message(events));
                 }
                 message
             }
-            (None, Some((revision, cluster))) => {
+            None => {
                 self.next = Some(pending);
                 madsim::time::advance(Duration::from_millis(1));
-                Some(Ok(WatchMessage {
-                    kind: MessageKind::Progress,
-                    events: Vec::new(),
-                    revision,
-                    cluster,
-                }))
+                self.delivered.progress().map(Ok)
             }
-            (None, None) => None,
         }
     }
 }
@@ -145,9 +108,8 @@ impl EtcdApi for Flooding {
         Ok((
             control,
             Flood {
-                next: Some(next_of(events)),
-                last: None,
-                start,
+                next: Some(next_message(events)),
+                delivered: Delivered::new(start),
             },
         ))
     }
@@ -171,26 +133,6 @@ impl EtcdApi for Flooding {
     fn probe_hub(&self) -> Option<coord::ProbeHub> {
         self.inner.probe_hub()
     }
-}
-
-/// Starts the simulated etcd on a node of its own; returns its address
-/// and the time it started.
-async fn simulated_etcd() -> Result<(SocketAddr, Instant), String> {
-    let start = Instant::now();
-    let etcd_addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
-    let etcd = server::new_state();
-    let etcd_node = Handle::current()
-        .create_node()
-        .name("etcd")
-        .ip(etcd_addr.ip())
-        .build();
-    let Ok(Ok(ep)) = etcd_node.spawn(Endpoint::bind(etcd_addr)).await else {
-        return Err("etcd's endpoint".to_string());
-    };
-    etcd_node.spawn(server::serve(etcd.clone(), ep.clone(), start));
-    etcd_node.spawn(server::lessor(etcd.clone(), start));
-    etcd_node.spawn(server::flush_watches(etcd, ep));
-    Ok((etcd_addr, start))
 }
 
 #[test]

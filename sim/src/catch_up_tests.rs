@@ -1,19 +1,25 @@
-//! A run loop that wakes late (a GC pause, SIGSTOP) lets no deadline
-//! pass judgement on what arrived meanwhile: a watch stream's answer to a
-//! progress request, which came while the process was not running, proves
-//! the stream alive even though the answer's deadline has passed by the
-//! time the loop runs again. (A loop parked in its `select!` reads the
-//! ready message before its timer branch; one that was busy reads each
-//! stream's ready message in its catch-up before the deadline.)
+//! A run loop that wakes late (a GC pause, SIGSTOP) or was kept busy
+//! lets no deadline pass judgement on what arrived meanwhile: a watch
+//! stream's answer to a progress request, which came while the loop could
+//! not read it, proves the stream alive even though the answer's deadline
+//! has passed by the time the loop reads again. A loop parked in its
+//! `select!` reads the ready message before its timer branch (the first
+//! test); one that was busy past the deadline reads one ready message of
+//! every stream in its catch-up before the deadline is judged (the
+//! second).
 
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
-use crate::test_fakes::NoLease;
+use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use crate::test_fakes::{next_message, simulated_etcd, Delivered, NextMessage, NoLease};
 use coord::{
-    EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, WatchControl, WatchEvents,
-    WatchMessage, WatcherOptions,
+    ElectionPool, EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, SessionOptions,
+    WatchControl, WatchEvents, WatchMessage, WatcherOptions,
 };
 use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::ClusterId;
@@ -125,5 +131,282 @@ fn a_probe_answered_during_a_pause_keeps_the_stream() {
         seen.watches.load(Ordering::SeqCst),
         1,
         "a stream whose probes were all answered was given up"
+    );
+}
+
+/// How long reading the busy campaign's stream keeps the loop busy: past
+/// the probed stream's answer deadline by more than the loop's "late"
+/// threshold (1 s).
+const BUSY: Duration = Duration::from_millis(2500);
+
+/// A note to one watch stream: deliver a made-up (true) progress
+/// notification, costing the loop `cost` of its time, then pass a note
+/// without cost to the stream of the election named `then`.
+struct Nudge {
+    cost: Duration,
+    then: Option<&'static str>,
+}
+
+/// The open watch streams' note boxes, by election name.
+type Nudges = Arc<Mutex<BTreeMap<&'static str, mpsc::UnboundedSender<Nudge>>>>;
+
+/// The election names of this test: a campaign queued on each, so one
+/// pool loop reads three watch streams, opened in this order.
+const BUSY_NAME: &str = "busy";
+const READY_NAME: &str = "ready";
+const PROBED_NAME: &str = "probed";
+
+fn election_of(key: &[u8]) -> Option<&'static str> {
+    [BUSY_NAME, READY_NAME, PROBED_NAME]
+        .into_iter()
+        .find(|name| key.starts_with(name.as_bytes()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn nudge(nudges: &Nudges, name: &str, nudge: Nudge) {
+    if let Some(tx) = lock(nudges).get(name) {
+        let _ = tx.send(nudge);
+    }
+}
+
+/// The simulated etcd, where the probed election's stream, when an answer
+/// to a progress request arrives, leaves it unread for a moment and makes
+/// the busy election's stream deliver a message first: one that keeps the
+/// loop busy past the request's deadline, and that in turn makes the
+/// ready election's stream deliver one. When the loop is done with the
+/// busy message, the ready stream and the probed stream (its answer) each
+/// have a message waiting, in that order after the busy one.
+#[derive(Clone)]
+struct KeptBusy {
+    inner: SimEtcd,
+    nudges: Nudges,
+    /// Every watch opened, by election name.
+    opened: Arc<Mutex<Vec<&'static str>>>,
+    /// Answers to progress requests on the probed stream.
+    answers: Arc<AtomicU64>,
+    /// Busy messages delivered.
+    busy_reads: Arc<AtomicU64>,
+}
+
+/// The real stream's messages, and a true progress notification whenever
+/// a note asks for one; on the probed stream, each progress answer is
+/// held back until the busy stream was read.
+struct Nudged {
+    next: Option<NextMessage>,
+    delivered: Delivered,
+    notes: mpsc::UnboundedReceiver<Nudge>,
+    /// The probed stream's answers counter; `None` on the other streams.
+    holds_answers: Option<Arc<AtomicU64>>,
+    nudges: Nudges,
+    busy_reads: Arc<AtomicU64>,
+}
+
+enum Got {
+    Real(SimWatchEvents, Option<Result<WatchMessage, EtcdError>>),
+    Note(Nudge),
+}
+
+/// Pending once (without asking to be polled again: the run loop polls
+/// every stream whenever it looks for a message), then ready.
+async fn left_unread() {
+    let mut polled = false;
+    std::future::poll_fn(|_| {
+        if polled {
+            Poll::Ready(())
+        } else {
+            polled = true;
+            Poll::Pending
+        }
+    })
+    .await;
+}
+
+impl WatchEvents for Nudged {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        let mut pending = self.next.take()?;
+        let created = self.delivered.created();
+        let notes = &mut self.notes;
+        let got = std::future::poll_fn(|cx| {
+            if let Poll::Ready((events, m)) = pending.as_mut().poll(cx) {
+                return Poll::Ready(Got::Real(events, m));
+            }
+            match notes.poll_recv(cx) {
+                Poll::Ready(Some(note)) if created => Poll::Ready(Got::Note(note)),
+                _ => Poll::Pending,
+            }
+        })
+        .await;
+        match got {
+            Got::Real(events, message) => {
+                if let Some(Ok(m)) = &message {
+                    self.delivered.saw(m);
+                    self.next = Some(next_message(events));
+                    if let (Some(answers), MessageKind::Progress) = (&self.holds_answers, m.kind) {
+                        answers.fetch_add(1, Ordering::SeqCst);
+                        let busy = Nudge {
+                            cost: BUSY,
+                            then: Some(READY_NAME),
+                        };
+                        nudge(&self.nudges, BUSY_NAME, busy);
+                        left_unread().await;
+                    }
+                }
+                message
+            }
+            Got::Note(note) => {
+                self.next = Some(pending);
+                if !note.cost.is_zero() {
+                    self.busy_reads.fetch_add(1, Ordering::SeqCst);
+                    madsim::time::advance(note.cost);
+                }
+                if let Some(then) = note.then {
+                    let free = Nudge {
+                        cost: Duration::ZERO,
+                        then: None,
+                    };
+                    nudge(&self.nudges, then, free);
+                }
+                self.delivered.progress().map(Ok)
+            }
+        }
+    }
+}
+
+impl EtcdApi for KeptBusy {
+    type Keeper = SimKeeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = Nudged;
+
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        self.inner.range(request).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        self.inner.txn(txn).await
+    }
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start: Revision,
+    ) -> Result<(SimWatchControl, Nudged), EtcdError> {
+        let name = election_of(&key);
+        let (control, events) = self.inner.watch(key, prefix, start).await?;
+        let (tx, notes) = mpsc::unbounded_channel();
+        if let Some(name) = name {
+            lock(&self.opened).push(name);
+            lock(&self.nudges).insert(name, tx);
+        }
+        let events = Nudged {
+            next: Some(next_message(events)),
+            delivered: Delivered::new(start),
+            notes,
+            holds_answers: (name == Some(PROBED_NAME)).then(|| Arc::clone(&self.answers)),
+            nudges: Arc::clone(&self.nudges),
+            busy_reads: Arc::clone(&self.busy_reads),
+        };
+        Ok((control, events))
+    }
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.inner.lease_grant(ttl_secs).await
+    }
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.inner.lease_revoke(lease).await
+    }
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
+        self.inner.lease_keep_alive(lease).await
+    }
+    fn probe_hub(&self) -> Option<coord::ProbeHub> {
+        self.inner.probe_hub()
+    }
+}
+
+/// Three campaigns of one pool wait behind a rival, each on a watch
+/// stream of its own. Whenever the third stream's probe is answered, the
+/// loop is kept busy (by the first stream's message) past the probe's
+/// deadline before it reads the answer, and meanwhile the second stream
+/// has a message ready too. The loop's catch-up reads both before it judges the
+/// deadline: the probed stream, answered every time, is never given up.
+/// (Reading no stream in the catch-up, or only one, gives it up at the
+/// first probe.)
+#[test]
+fn a_loop_kept_busy_past_a_probe_deadline_reads_every_ready_stream_first() {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(7, madsim::Config::default());
+    let outcome: Result<_, String> = rt.block_on(async {
+        let handle = madsim::runtime::Handle::current();
+        let (etcd_addr, start) = simulated_etcd().await?;
+        let client = handle
+            .create_node()
+            .name("pool")
+            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
+            .build();
+        let run = client.spawn(async move {
+            let opts = SessionOptions {
+                ttl: Duration::from_secs(10),
+                request_timeout: REQUEST_TIMEOUT,
+                probe_interval: Duration::from_secs(2),
+                seed: Some(7),
+                ..SessionOptions::default()
+            };
+            let fail = |e: coord::Error| e.to_string();
+            let plain = SimEtcd::connect(etcd_addr, 2, ClientLog::new(start))
+                .await
+                .map_err(|e| e.to_string())?;
+            let rival = ElectionPool::new(plain, opts.clone()).await.map_err(fail)?;
+            let mut held = Vec::new();
+            for name in [BUSY_NAME, READY_NAME, PROBED_NAME] {
+                let election = rival.election(name).map_err(fail)?;
+                held.push(election.campaign("rival").await.map_err(fail)?);
+            }
+            let inner = SimEtcd::connect(etcd_addr, 1, ClientLog::new(start))
+                .await
+                .map_err(|e| e.to_string())?;
+            let api = KeptBusy {
+                inner,
+                nudges: Arc::default(),
+                opened: Arc::default(),
+                answers: Arc::default(),
+                busy_reads: Arc::default(),
+            };
+            let pool = ElectionPool::new(api.clone(), opts).await.map_err(fail)?;
+            let mut waiting = Vec::new();
+            for name in [BUSY_NAME, READY_NAME, PROBED_NAME] {
+                let election = pool.election(name).map_err(fail)?;
+                waiting.push(madsim::task::spawn(
+                    async move { election.campaign("me").await },
+                ));
+                madsim::time::sleep(Duration::from_millis(300)).await;
+            }
+            madsim::time::sleep(Duration::from_secs(30)).await;
+            let won = waiting.iter().any(|w| w.is_finished());
+            // The campaigns hold the pool's session: end them.
+            for w in &waiting {
+                w.abort();
+            }
+            let opened = lock(&api.opened).clone();
+            let answers = api.answers.load(Ordering::SeqCst);
+            let busy_reads = api.busy_reads.load(Ordering::SeqCst);
+            Ok((won, opened, answers, busy_reads))
+        });
+        run.await.map_err(|e| format!("{e:?}"))?
+    });
+    let (won, opened, answers, busy_reads) = match outcome {
+        Ok(o) => o,
+        Err(e) => panic!("the run failed: {e}"),
+    };
+    assert!(!won, "a campaign won a name its rival kept");
+    // Every probe kept the loop busy past its deadline: the scenario ran.
+    assert!(
+        answers >= 3,
+        "the probed stream's probes were answered {answers} times"
+    );
+    assert!(busy_reads >= 3, "the loop was kept busy {busy_reads} times");
+    assert_eq!(
+        opened,
+        vec![BUSY_NAME, READY_NAME, PROBED_NAME],
+        "a stream whose probes were all answered was given up (watches opened, in order)"
     );
 }

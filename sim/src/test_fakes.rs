@@ -1,9 +1,22 @@
 //! Stand-ins shared by the simulator's tests of single handles against
-//! hand-written etcds, for the parts a test does not exercise.
+//! hand-written etcds, for the parts a test does not exercise, and the
+//! pieces shared by tests that bend the simulated etcd's watch streams.
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::Pin;
 
 use coord::{
-    EtcdError, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents, WatchMessage,
+    EtcdError, KeepAliveReplies, KeepAliveSender, Revision, WatchControl, WatchEvents, WatchMessage,
 };
+use coord_core::io::MessageKind;
+use coord_core::ClusterId;
+use madsim::net::Endpoint;
+use madsim::runtime::Handle;
+use madsim::time::Instant;
+
+use crate::client::SimWatchEvents;
+use crate::server;
 
 /// A keep-alive stream of a lease etcd does not know: sends fail with
 /// "lease not found", and no reply ever comes.
@@ -34,5 +47,89 @@ impl WatchControl for NoWatch {
 impl WatchEvents for NoWatch {
     async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
         None
+    }
+}
+
+/// Starts the simulated etcd on a node of its own; returns its address
+/// and the time it started.
+pub(crate) async fn simulated_etcd() -> Result<(SocketAddr, Instant), String> {
+    let start = Instant::now();
+    let etcd_addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
+    let etcd = server::new_state();
+    let etcd_node = Handle::current()
+        .create_node()
+        .name("etcd")
+        .ip(etcd_addr.ip())
+        .build();
+    let Ok(Ok(ep)) = etcd_node.spawn(Endpoint::bind(etcd_addr)).await else {
+        return Err("etcd's endpoint".to_string());
+    };
+    etcd_node.spawn(server::serve(etcd.clone(), ep.clone(), start));
+    etcd_node.spawn(server::lessor(etcd.clone(), start));
+    etcd_node.spawn(server::flush_watches(etcd, ep));
+    Ok((etcd_addr, start))
+}
+
+/// A simulated watch stream's next message, read by a future that owns
+/// the stream: dropping the wait for it loses nothing.
+pub(crate) type NextMessage =
+    Pin<Box<dyn Future<Output = (SimWatchEvents, Option<Result<WatchMessage, EtcdError>>)> + Send>>;
+
+/// Waits for `events`' next message.
+pub(crate) fn next_message(mut events: SimWatchEvents) -> NextMessage {
+    Box::pin(async move {
+        let m = events.next().await;
+        (events, m)
+    })
+}
+
+/// What a watch stream has delivered so far, so that a progress
+/// notification made up by a test claims no more than that: every event
+/// up to the last one delivered, or, before any, up to the revision before
+/// the watch's start (a `Created` header names etcd's revision, not what
+/// the stream has sent).
+pub(crate) struct Delivered {
+    /// The revision every event up to which was delivered, and the
+    /// cluster; `None` until `Created`.
+    last: Option<(Revision, ClusterId)>,
+    start: Revision,
+}
+
+impl Delivered {
+    /// Nothing delivered yet from a watch that starts at `start`.
+    pub(crate) fn new(start: Revision) -> Self {
+        Delivered { last: None, start }
+    }
+
+    /// Whether the stream was created (a progress can be made up).
+    pub(crate) fn created(&self) -> bool {
+        self.last.is_some()
+    }
+
+    /// Notes a message the stream delivered.
+    pub(crate) fn saw(&mut self, m: &WatchMessage) {
+        let delivered = match m.kind {
+            MessageKind::Created => Revision(self.start.0.saturating_sub(1)),
+            MessageKind::Progress => m.revision,
+            _ => m
+                .events
+                .iter()
+                .map(|e| e.revision())
+                .max()
+                .unwrap_or(m.revision),
+        };
+        let before = self.last.map_or(Revision(0), |(r, _)| r);
+        self.last = Some((delivered.max(before), m.cluster));
+    }
+
+    /// A true progress notification of what was delivered; `None` before
+    /// `Created`.
+    pub(crate) fn progress(&self) -> Option<WatchMessage> {
+        self.last.map(|(revision, cluster)| WatchMessage {
+            kind: MessageKind::Progress,
+            events: Vec::new(),
+            revision,
+            cluster,
+        })
     }
 }
