@@ -507,6 +507,46 @@ async fn etcd_locks_keep_the_contract() {
 
 const WORKER: &str = env!("CARGO_BIN_EXE_coord-lock-worker");
 
+/// Four `coord-lock-worker` processes on one lock.
+struct Workers {
+    backend: String,
+    children: Vec<tokio::process::Child>,
+}
+
+impl Workers {
+    /// Starts four workers: `worker <backend> <place> <how...> <a> <b>`.
+    fn spawn(backend: &str, place: &str, how: [&str; 3], a: &Path, b: &Path) -> Workers {
+        let children = (0..4)
+            .map(|_| {
+                tokio::process::Command::new(WORKER)
+                    .args([backend, place])
+                    .args(how)
+                    .arg(a)
+                    .arg(b)
+                    .kill_on_drop(true)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        Workers {
+            backend: backend.to_string(),
+            children,
+        }
+    }
+
+    /// Waits (5 minutes at most) for every worker to exit, successfully.
+    async fn finish(self) {
+        let backend = self.backend;
+        for mut w in self.children {
+            let status = tokio::time::timeout(Duration::from_secs(300), w.wait())
+                .await
+                .expect("a worker never finished")
+                .unwrap();
+            assert!(status.success(), "{backend}: a worker failed: {status}");
+        }
+    }
+}
+
 /// Four worker processes take turns 50 times each: the counter they
 /// increment without atomicity of their own ends at 200, and the tokens,
 /// in the order the holds were logged, strictly increase.
@@ -514,24 +554,8 @@ async fn handoffs(backend: &str, place: &str) {
     let dir = tempfile::tempdir().unwrap();
     let counter = dir.path().join("counter");
     let log = dir.path().join("log");
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            tokio::process::Command::new(WORKER)
-                .args([backend, place, "handoff", "rounds", "50"])
-                .arg(&counter)
-                .arg(&log)
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for mut w in workers {
-        let status = tokio::time::timeout(Duration::from_secs(300), w.wait())
-            .await
-            .expect("a worker never finished")
-            .unwrap();
-        assert!(status.success(), "{backend}: a worker failed: {status}");
-    }
+    let workers = Workers::spawn(backend, place, ["handoff", "rounds", "50"], &counter, &log);
+    workers.finish().await;
     let count: u64 = fs::read_to_string(&counter)
         .unwrap()
         .trim()
@@ -579,17 +603,7 @@ where
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let log = dir.path().join("log");
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            tokio::process::Command::new(WORKER)
-                .args([backend, place, "fenced", "fenced", "100"])
-                .arg(&store)
-                .arg(&log)
-                .kill_on_drop(true)
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let workers = Workers::spawn(backend, place, ["fenced", "fenced", "100"], &store, &log);
     let logged = || {
         fs::read_to_string(&log)
             .map(|t| t.lines().count())
@@ -605,13 +619,7 @@ where
     }
     let before_restart = logged();
     restart().await;
-    for mut w in workers {
-        let status = tokio::time::timeout(Duration::from_secs(300), w.wait())
-            .await
-            .expect("a worker never finished")
-            .unwrap();
-        assert!(status.success(), "{backend}: a worker failed: {status}");
-    }
+    workers.finish().await;
     let lines = fs::read_to_string(&log).unwrap();
     let rounds: Vec<(&str, i64)> = lines
         .lines()
@@ -706,6 +714,38 @@ async fn a_holder_killed_9_is_recovered_from_on_every_backend() {
     killed_holder("etcd", &etcd.endpoints()[0], &locker).await;
 }
 
+/// `held` (a hold of "kept" from `a`) through a restart of its server:
+/// lost as `expected`, released as already gone, and the next hold's
+/// token is still greater.
+async fn lost_to_a_restart(
+    a: &Locker,
+    mut held: coord::lock::Holder,
+    restart: impl std::future::Future<Output = ()>,
+    expected: LockLost,
+) {
+    let before = held.token();
+    restart.await;
+    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
+    assert_eq!(lost, expected);
+    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
+    let after = a.try_acquire("kept").await.unwrap();
+    assert!(
+        after.token() > before,
+        "{:?} then {:?}",
+        before,
+        after.token()
+    );
+}
+
+/// With its server gone, `a` refuses with a clear error of `backend`.
+async fn refused_as_unreachable(a: &Locker, backend: &str) {
+    let e = a.try_acquire("other").await.err();
+    assert!(
+        matches!(&e, Some(LockError::Backend { backend: b, .. }) if *b == backend),
+        "{e:?}"
+    );
+}
+
 fn redis_locker(server: &RedisServer, slots: u32) -> Locker {
     Locker::redis(coord::lock::RedisConfig {
         slots: Slots::new(slots).unwrap(),
@@ -727,33 +767,10 @@ async fn redis_locks_keep_the_contract_and_tokens_survive_a_restart() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(a.try_acquire("kept").await.err(), Some(LockError::Locked));
     assert_eq!(held.extend().await, Ok(()));
-    let before = held.token();
-    // The server restarts and forgets every key: the hold is lost, and
-    // the next token is still greater.
-    server.restart().await;
-    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
-    assert_eq!(lost, LockLost::Expired);
-    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
-    let after = a.try_acquire("kept").await.unwrap();
-    assert!(
-        after.token() > before,
-        "{:?} then {:?}",
-        before,
-        after.token()
-    );
-    // Unreachable: a clear backend error.
+    // The server restarts and forgets every key.
+    lost_to_a_restart(&a, held, server.restart(), LockLost::Expired).await;
     server.kill();
-    let e = a.try_acquire("other").await.err();
-    assert!(
-        matches!(
-            e,
-            Some(LockError::Backend {
-                backend: "redis",
-                ..
-            })
-        ),
-        "{e:?}"
-    );
+    refused_as_unreachable(&a, "redis").await;
     assert!(matches!(
         Locker::redis(coord::lock::RedisConfig {
             ttl: Duration::from_millis(1),
@@ -800,37 +817,15 @@ async fn postgres_locks_keep_the_contract_and_tokens_survive_a_restart() {
         held.extend().await.err(),
         Some(LockError::NoTtl("postgres"))
     );
-    let before = held.token();
     // The server crashes and comes back: the session and its lock are
     // gone, the token row is not.
-    server.restart().await;
-    let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
-    assert_eq!(lost, LockLost::Disconnected);
-    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
-    let after = a.try_acquire("kept").await.unwrap();
-    assert!(
-        after.token() > before,
-        "{:?} then {:?}",
-        before,
-        after.token()
-    );
-    drop(after);
+    lost_to_a_restart(&a, held, server.restart(), LockLost::Disconnected).await;
     assert!(matches!(
         Locker::postgres(coord::lock::PostgresConfig::new("port=notanumber")),
         Err(LockError::BadOptions(_))
     ));
     drop(server);
-    let e = a.try_acquire("other").await.err();
-    assert!(
-        matches!(
-            e,
-            Some(LockError::Backend {
-                backend: "postgres",
-                ..
-            })
-        ),
-        "{e:?}"
-    );
+    refused_as_unreachable(&a, "postgres").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,9 +33,9 @@ use coord_core::lock::{
     verdict, verdict_unreadable, Marker, PidProbe, Released, Slots, Strategy, Verdict,
 };
 use coord_core::FencingToken;
-use tokio::sync::watch;
 
 use super::flock::{bump_token, check_dir, flock, io_error, try_flock};
+use super::watchdog::Watchdog;
 use super::{pid, Hold, Holder, LockError, LockLost};
 
 /// Shortest and longest stale window accepted.
@@ -367,8 +367,8 @@ pub(super) struct FileHold {
     path: PathBuf,
     _open: File,
     identity: Identity,
-    lost: watch::Receiver<bool>,
-    refresher: Option<tokio::task::JoinHandle<()>>,
+    /// The refresher: fires when the marker is found removed or replaced.
+    refresher: Watchdog,
     released: bool,
 }
 
@@ -395,15 +395,13 @@ impl FileHold {
         stale_after: Duration,
     ) -> FileHold {
         let identity = Identity::of(meta);
-        let (lost_tx, lost) = watch::channel(false);
         let every = stale_after / 3;
         let refreshed = path.clone();
-        let refresher = tokio::spawn(async move {
+        let refresher = Watchdog::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
                 if !touch(&refreshed, identity) {
                     tracing::warn!(path = %refreshed.display(), token = token.0, "lock marker taken over or removed");
-                    lost_tx.send_replace(true);
                     return;
                 }
             }
@@ -412,15 +410,8 @@ impl FileHold {
             path,
             _open: open,
             identity,
-            lost,
-            refresher: Some(refresher),
+            refresher,
             released: false,
-        }
-    }
-
-    fn stop_refreshing(&mut self) {
-        if let Some(task) = self.refresher.take() {
-            task.abort();
         }
     }
 
@@ -436,7 +427,7 @@ impl FileHold {
         if std::mem::replace(&mut self.released, true) {
             return Ok(Released::AlreadyGone);
         }
-        self.stop_refreshing();
+        self.refresher.stop();
         let file = match File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Released::AlreadyGone),
@@ -462,7 +453,7 @@ impl FileHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        super::signalled(&self.lost).await;
+        self.refresher.fired().await;
         LockLost::TakenOver
     }
 }

@@ -26,6 +26,7 @@ mod postgres;
 #[cfg(all(feature = "redis", not(madsim)))]
 mod redis;
 mod wait;
+mod watchdog;
 
 use std::time::Duration;
 

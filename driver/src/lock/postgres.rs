@@ -11,9 +11,9 @@
 
 use coord_core::lock::{Released, Slots};
 use coord_core::FencingToken;
-use tokio::sync::watch;
 use tokio_postgres::NoTls;
 
+use super::watchdog::Watchdog;
 use super::{Hold, Holder, LockError, LockLost};
 
 /// Where and how: the server and the slots.
@@ -81,17 +81,14 @@ impl PostgresLocks {
 
     pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
-        let (ended_tx, ended) = watch::channel(false);
-        let task = tokio::spawn(async move {
+        let connection = Watchdog::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "postgres lock connection ended");
             }
-            ended_tx.send_replace(true);
         });
         let hold = PostgresHold {
             client,
-            ended,
-            task: Some(task),
+            connection,
             key: 0,
             released: false,
         };
@@ -103,8 +100,9 @@ impl PostgresLocks {
 #[derive(Debug)]
 pub(super) struct PostgresHold {
     client: tokio_postgres::Client,
-    ended: watch::Receiver<bool>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// The connection's task: fires when the connection ends (and with it
+    /// the session's advisory locks); dropping it ends the connection.
+    connection: Watchdog,
     key: i64,
     released: bool,
 }
@@ -155,7 +153,7 @@ impl PostgresHold {
     }
 
     pub(super) async fn release(&mut self) -> Result<Released, LockError> {
-        if std::mem::replace(&mut self.released, true) || *self.ended.borrow() {
+        if std::mem::replace(&mut self.released, true) || self.connection.has_fired() {
             return Ok(Released::AlreadyGone);
         }
         let row = self
@@ -178,19 +176,13 @@ impl PostgresHold {
         if self.released {
             std::future::pending::<()>().await;
         }
-        super::signalled(&self.ended).await;
+        self.connection.fired().await;
         LockLost::Disconnected
     }
 }
 
-impl Drop for PostgresHold {
-    fn drop(&mut self) {
-        // Ending the connection releases its advisory locks.
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
+// Dropping the hold drops its connection's watchdog, which ends the
+// connection: that releases its advisory locks.
 
 #[cfg(test)]
 mod tests {

@@ -16,8 +16,9 @@ use std::time::Duration;
 use coord_core::lock::{Released, Slots};
 use coord_core::FencingToken;
 use redis::aio::ConnectionManager;
-use tokio::sync::{watch, OnceCell};
+use tokio::sync::OnceCell;
 
+use super::watchdog::Watchdog;
 use super::{Hold, Holder, LockError, LockLost};
 
 /// Where and how: the server, the slots, the TTL and the key prefix.
@@ -189,8 +190,9 @@ pub(super) struct RedisHold {
     key: String,
     value: String,
     ttl: Duration,
-    lost: watch::Receiver<bool>,
-    refresher: Option<tokio::task::JoinHandle<()>>,
+    /// The extender: fires when the key is found gone or changed, or etcd
+    /// stayed unreachable past the TTL since the last extension.
+    refresher: Watchdog,
     released: bool,
 }
 
@@ -222,10 +224,9 @@ async fn extend(
 
 impl RedisHold {
     fn start(conn: ConnectionManager, key: String, value: String, ttl: Duration) -> RedisHold {
-        let (lost_tx, lost) = watch::channel(false);
         let mut c = conn.clone();
         let (k, v) = (key.clone(), value.clone());
-        let refresher = tokio::spawn(async move {
+        let refresher = Watchdog::spawn(async move {
             let mut confirmed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(ttl / 3).await;
@@ -241,22 +242,14 @@ impl RedisHold {
                 }
             }
             tracing::warn!(key = %k, "redis lock lost");
-            lost_tx.send_replace(true);
         });
         RedisHold {
             conn,
             key,
             value,
             ttl,
-            lost,
-            refresher: Some(refresher),
+            refresher,
             released: false,
-        }
-    }
-
-    fn stop_refreshing(&mut self) {
-        if let Some(task) = self.refresher.take() {
-            task.abort();
         }
     }
 
@@ -264,9 +257,9 @@ impl RedisHold {
         if std::mem::replace(&mut self.released, true) {
             return Ok(Released::AlreadyGone);
         }
-        self.stop_refreshing();
+        self.refresher.stop();
         // Lost: its TTL lapsed since the last extension, the key is gone.
-        if *self.lost.borrow() {
+        if self.refresher.has_fired() {
             return Ok(Released::AlreadyGone);
         }
         let deleted: i64 = redis::Script::new(RELEASE)
@@ -291,14 +284,14 @@ impl RedisHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        super::signalled(&self.lost).await;
+        self.refresher.fired().await;
         LockLost::Expired
     }
 }
 
 impl Drop for RedisHold {
     fn drop(&mut self) {
-        self.stop_refreshing();
+        self.refresher.stop();
         if self.released {
             return;
         }
