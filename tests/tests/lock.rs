@@ -253,6 +253,59 @@ async fn file_locks_keep_the_contract() {
     assert!(matches!(e, Err(LockError::BadOptions(_))));
 }
 
+/// Holders racing for one file lock and one flock lock, four at a time:
+/// each hold's token is above the one before it, however the creators
+/// interleave. (CI found the file backend issuing a token before creating
+/// its marker: two creators could issue tokens in one order and link
+/// their markers in the other.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_holders_get_tokens_in_the_order_they_hold() {
+    const HOLDS: usize = 150;
+    let dir = tempfile::tempdir().unwrap();
+    type MakeLocker = fn(&Path) -> Locker;
+    let lockers: [(&str, MakeLocker); 2] = [
+        ("file", |dir| file_locker(file_config(dir))),
+        ("flock", |dir| flock_locker(dir, 1)),
+    ];
+    for (backend, locker) in lockers {
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let racers: Vec<_> = (0..4)
+            .map(|_| {
+                let locker = locker(dir.path());
+                let held = std::sync::Arc::clone(&held);
+                tokio::spawn(async move {
+                    let mut holds = 0;
+                    while holds < HOLDS {
+                        match locker.try_acquire("race").await {
+                            Ok(mut h) => {
+                                // While held: in the order of holds.
+                                held.lock().unwrap().push(h.token().0);
+                                holds += 1;
+                                assert_eq!(h.release().await, Ok(Released::Released));
+                            }
+                            Err(LockError::Locked) => tokio::task::yield_now().await,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for racer in racers {
+            tokio::time::timeout(Duration::from_secs(300), racer)
+                .await
+                .expect("a racer never finished")
+                .unwrap();
+        }
+        let tokens = held.lock().unwrap().clone();
+        assert_eq!(tokens.len(), 4 * HOLDS);
+        let behind: Vec<_> = tokens.windows(2).filter(|w| w[0] >= w[1]).collect();
+        assert!(
+            behind.is_empty(),
+            "{backend}: a hold's token not above the one before: {behind:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_markers_are_judged_by_pid_then_by_age() {
     let dir = tempfile::tempdir().unwrap();

@@ -191,8 +191,14 @@ impl FileLocks {
     }
 
     /// Creates the slot's marker if nobody has one; `None` if one exists.
+    /// The marker names its token, so the token is issued first; the
+    /// token counter stays locked until the marker is in place (or found
+    /// taken), so that a later hold never has an earlier token: two
+    /// creators otherwise could issue tokens in one order and link their
+    /// markers in the other. (A token issued for a marker that could not
+    /// be linked is skipped: tokens grow, not densely.)
     fn create(&self, name: &str, slot: u32, path: &Path) -> Result<Option<Holder>, LockError> {
-        let token = bump_token("file", &self.dir, name)?;
+        let (token, _issuing) = bump_token("file", &self.dir, name)?;
         let me = std::process::id();
         let marker = Marker {
             pid: me,

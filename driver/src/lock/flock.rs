@@ -104,13 +104,20 @@ fn open_lockable(path: &Path) -> std::io::Result<File> {
 /// with the same length, never truncated.
 const TOKEN_WIDTH: usize = 20;
 
+/// The counter of a name's tokens, locked: no other token of the name is
+/// issued until this is dropped.
+pub(super) type TokensLocked = Flock<File>;
+
 /// Increments the counter `<dir>/<name>.token` under a `flock` of its
-/// own and returns the new value.
+/// own and returns the new value, durably written, with the counter still
+/// locked. A backend that takes its lock after issuing the token keeps the
+/// counter locked until it has (or failed), so that tokens are issued in
+/// the order holds begin.
 pub(super) fn bump_token(
     backend: &'static str,
     dir: &Path,
     name: &str,
-) -> Result<FencingToken, LockError> {
+) -> Result<(FencingToken, TokensLocked), LockError> {
     let path = dir.join(format!("{name}.token"));
     let fail = |what: &str, e| io_error(backend, what, &path, e);
     let file = open_lockable(&path).map_err(|e| fail("cannot open", e))?;
@@ -139,8 +146,8 @@ pub(super) fn bump_token(
     file.write_all_at(line.as_bytes(), 0)
         .and_then(|()| file.sync_data())
         .map_err(|e| fail("cannot write", e))?;
-    // Closing the file releases its lock.
-    Ok(FencingToken(next))
+    // Closing the file (dropping it) releases its lock.
+    Ok((FencingToken(next), file))
 }
 
 impl FlockLocks {
@@ -167,7 +174,8 @@ impl FlockLocks {
                 open_lockable(&path).map_err(|e| io_error("flock", "cannot open", &path, e))?;
             match try_flock(file) {
                 Ok(Ok(held)) => {
-                    let token = bump_token("flock", &self.dir, name)?;
+                    // Issued while the lock is held: in the order of holds.
+                    let (token, _) = bump_token("flock", &self.dir, name)?;
                     return Ok(Holder {
                         name: name.to_string(),
                         slot,
