@@ -9,7 +9,6 @@
 //! due timer waited for every other input to run dry, and once lost its
 //! 10 s lease.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -19,11 +18,12 @@ use coord::{
     WatchEvents, WatchMessage,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
-use madsim::runtime::Handle;
 use madsim::time::Instant;
 
-use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl};
-use crate::test_fakes::{next_message, simulated_etcd, Delivered, NextMessage};
+use crate::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl};
+use crate::test_fakes::{
+    next_message, rival_leading, run_beside_etcd, sim_client, Delivered, NextMessage,
+};
 
 /// The simulated etcd, whose watch streams never run dry, and which
 /// records when each keep-alive was sent.
@@ -137,42 +137,29 @@ impl EtcdApi for Flooding {
 
 #[test]
 fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(5, madsim::Config::default());
-    let outcome: Result<_, String> = rt.block_on(async {
-        let handle = Handle::current();
-        let (etcd_addr, start) = simulated_etcd().await?;
-        let client = handle
-            .create_node()
-            .name("pool")
-            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
-            .build();
-        let run = client.spawn(async move {
-            let inner = SimEtcd::connect(etcd_addr, 1, ClientLog::new(start))
-                .await
-                .map_err(|e| e.to_string())?;
-            let api = Flooding {
-                inner,
-                sends: Arc::default(),
-            };
-            let opts = SessionOptions {
-                ttl: Duration::from_secs(10),
-                seed: Some(5),
-                ..SessionOptions::default()
-            };
-            let pool = ElectionPool::new(api.clone(), opts)
-                .await
-                .map_err(|e| e.to_string())?;
-            let election = pool.election("flood").map_err(|e| e.to_string())?;
-            let leadership = election.campaign("me").await.map_err(|e| e.to_string())?;
-            madsim::time::sleep(Duration::from_secs(40)).await;
-            let sends = api
-                .sends
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            Ok((leadership.is_leader(), pool.stats().heals, sends))
-        });
-        run.await.map_err(|e| format!("{e:?}"))?
+    let outcome = run_beside_etcd(5, |etcd_addr, start| async move {
+        let inner = sim_client(etcd_addr, 1, start).await?;
+        let api = Flooding {
+            inner,
+            sends: Arc::default(),
+        };
+        let opts = SessionOptions {
+            ttl: Duration::from_secs(10),
+            seed: Some(5),
+            ..SessionOptions::default()
+        };
+        let pool = ElectionPool::new(api.clone(), opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let election = pool.election("flood").map_err(|e| e.to_string())?;
+        let leadership = election.campaign("me").await.map_err(|e| e.to_string())?;
+        madsim::time::sleep(Duration::from_secs(40)).await;
+        let sends = api
+            .sends
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        Ok((leadership.is_leader(), pool.stats().heals, sends))
     });
     let (leader, heals, sends) = match outcome {
         Ok(o) => o,
@@ -207,55 +194,36 @@ fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
 /// reading the first ready stream first would never get to it.
 #[test]
 fn a_watch_stream_that_never_runs_dry_does_not_starve_another() {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(6, madsim::Config::default());
-    let outcome: Result<_, String> = rt.block_on(async {
-        let handle = Handle::current();
-        let (etcd_addr, start) = simulated_etcd().await?;
-        let client = handle
-            .create_node()
-            .name("pool")
-            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
-            .build();
-        let run = client.spawn(async move {
-            let opts = SessionOptions {
-                ttl: Duration::from_secs(10),
-                seed: Some(6),
-                ..SessionOptions::default()
-            };
-            let fail = |e: coord::Error| e.to_string();
-            let plain = SimEtcd::connect(etcd_addr, 2, ClientLog::new(start))
-                .await
-                .map_err(|e| e.to_string())?;
-            let rival = ElectionPool::new(plain, opts.clone()).await.map_err(fail)?;
-            let kept = rival.election("kept").map_err(fail)?;
-            let _kept = kept.campaign("rival").await.map_err(fail)?;
-            let given = rival.election("given").map_err(fail)?;
-            let given_up = given.campaign("rival").await.map_err(fail)?;
-            let inner = SimEtcd::connect(etcd_addr, 1, ClientLog::new(start))
-                .await
-                .map_err(|e| e.to_string())?;
-            let api = Flooding {
-                inner,
-                sends: Arc::default(),
-            };
-            let pool = ElectionPool::new(api, opts).await.map_err(fail)?;
-            // Queued in this order, the first name's stream is read first.
-            let first = pool.election("kept").map_err(fail)?;
-            let waiting_first = madsim::task::spawn(async move { first.campaign("me").await });
-            madsim::time::sleep(Duration::from_secs(1)).await;
-            let second = pool.election("given").map_err(fail)?;
-            let mut waiting = madsim::task::spawn(async move { second.campaign("me").await });
-            madsim::time::sleep(Duration::from_secs(1)).await;
-            given_up.resign().await.map_err(fail)?;
-            let won = madsim::time::timeout(Duration::from_secs(20), &mut waiting).await;
-            let first_won = waiting_first.is_finished();
-            // The campaigns hold the pool's session: end them, or its
-            // flooded loop runs on after the test.
-            waiting.abort();
-            waiting_first.abort();
-            Ok((matches!(won, Ok(Ok(Ok(_)))), first_won))
-        });
-        run.await.map_err(|e| format!("{e:?}"))?
+    let outcome = run_beside_etcd(6, |etcd_addr, start| async move {
+        let opts = SessionOptions {
+            ttl: Duration::from_secs(10),
+            seed: Some(6),
+            ..SessionOptions::default()
+        };
+        let fail = |e: coord::Error| e.to_string();
+        let (_rival, mut held) = rival_leading(etcd_addr, start, &opts, &["kept", "given"]).await?;
+        let given_up = held.pop().ok_or("the rival holds nothing")?;
+        let inner = sim_client(etcd_addr, 1, start).await?;
+        let api = Flooding {
+            inner,
+            sends: Arc::default(),
+        };
+        let pool = ElectionPool::new(api, opts).await.map_err(fail)?;
+        // Queued in this order, the first name's stream is read first.
+        let first = pool.election("kept").map_err(fail)?;
+        let waiting_first = madsim::task::spawn(async move { first.campaign("me").await });
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        let second = pool.election("given").map_err(fail)?;
+        let mut waiting = madsim::task::spawn(async move { second.campaign("me").await });
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        given_up.resign().await.map_err(fail)?;
+        let won = madsim::time::timeout(Duration::from_secs(20), &mut waiting).await;
+        let first_won = waiting_first.is_finished();
+        // The campaigns hold the pool's session: end them, or its
+        // flooded loop runs on after the test.
+        waiting.abort();
+        waiting_first.abort();
+        Ok((matches!(won, Ok(Ok(Ok(_)))), first_won))
     });
     let (won, first_won) = match outcome {
         Ok(o) => o,

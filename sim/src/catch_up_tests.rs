@@ -9,14 +9,15 @@
 //! second).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
-use crate::test_fakes::{next_message, simulated_etcd, Delivered, NextMessage, NoLease};
+use crate::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use crate::test_fakes::{
+    next_message, rival_leading, run_beside_etcd, sim_client, Delivered, NextMessage, NoLease,
+};
 use coord::{
     ElectionPool, EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, SessionOptions,
     WatchControl, WatchEvents, WatchMessage, WatcherOptions,
@@ -334,64 +335,44 @@ impl EtcdApi for KeptBusy {
 /// first probe.)
 #[test]
 fn a_loop_kept_busy_past_a_probe_deadline_reads_every_ready_stream_first() {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(7, madsim::Config::default());
-    let outcome: Result<_, String> = rt.block_on(async {
-        let handle = madsim::runtime::Handle::current();
-        let (etcd_addr, start) = simulated_etcd().await?;
-        let client = handle
-            .create_node()
-            .name("pool")
-            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
-            .build();
-        let run = client.spawn(async move {
-            let opts = SessionOptions {
-                ttl: Duration::from_secs(10),
-                request_timeout: REQUEST_TIMEOUT,
-                probe_interval: Duration::from_secs(2),
-                seed: Some(7),
-                ..SessionOptions::default()
-            };
-            let fail = |e: coord::Error| e.to_string();
-            let plain = SimEtcd::connect(etcd_addr, 2, ClientLog::new(start))
-                .await
-                .map_err(|e| e.to_string())?;
-            let rival = ElectionPool::new(plain, opts.clone()).await.map_err(fail)?;
-            let mut held = Vec::new();
-            for name in [BUSY_NAME, READY_NAME, PROBED_NAME] {
-                let election = rival.election(name).map_err(fail)?;
-                held.push(election.campaign("rival").await.map_err(fail)?);
-            }
-            let inner = SimEtcd::connect(etcd_addr, 1, ClientLog::new(start))
-                .await
-                .map_err(|e| e.to_string())?;
-            let api = KeptBusy {
-                inner,
-                nudges: Arc::default(),
-                opened: Arc::default(),
-                answers: Arc::default(),
-                busy_reads: Arc::default(),
-            };
-            let pool = ElectionPool::new(api.clone(), opts).await.map_err(fail)?;
-            let mut waiting = Vec::new();
-            for name in [BUSY_NAME, READY_NAME, PROBED_NAME] {
-                let election = pool.election(name).map_err(fail)?;
-                waiting.push(madsim::task::spawn(
-                    async move { election.campaign("me").await },
-                ));
-                madsim::time::sleep(Duration::from_millis(300)).await;
-            }
-            madsim::time::sleep(Duration::from_secs(30)).await;
-            let won = waiting.iter().any(|w| w.is_finished());
-            // The campaigns hold the pool's session: end them.
-            for w in &waiting {
-                w.abort();
-            }
-            let opened = lock(&api.opened).clone();
-            let answers = api.answers.load(Ordering::SeqCst);
-            let busy_reads = api.busy_reads.load(Ordering::SeqCst);
-            Ok((won, opened, answers, busy_reads))
-        });
-        run.await.map_err(|e| format!("{e:?}"))?
+    let outcome = run_beside_etcd(7, |etcd_addr, start| async move {
+        let opts = SessionOptions {
+            ttl: Duration::from_secs(10),
+            request_timeout: REQUEST_TIMEOUT,
+            probe_interval: Duration::from_secs(2),
+            seed: Some(7),
+            ..SessionOptions::default()
+        };
+        let fail = |e: coord::Error| e.to_string();
+        let names = [BUSY_NAME, READY_NAME, PROBED_NAME];
+        let (_rival, _held) = rival_leading(etcd_addr, start, &opts, &names).await?;
+        let inner = sim_client(etcd_addr, 1, start).await?;
+        let api = KeptBusy {
+            inner,
+            nudges: Arc::default(),
+            opened: Arc::default(),
+            answers: Arc::default(),
+            busy_reads: Arc::default(),
+        };
+        let pool = ElectionPool::new(api.clone(), opts).await.map_err(fail)?;
+        let mut waiting = Vec::new();
+        for name in [BUSY_NAME, READY_NAME, PROBED_NAME] {
+            let election = pool.election(name).map_err(fail)?;
+            waiting.push(madsim::task::spawn(
+                async move { election.campaign("me").await },
+            ));
+            madsim::time::sleep(Duration::from_millis(300)).await;
+        }
+        madsim::time::sleep(Duration::from_secs(30)).await;
+        let won = waiting.iter().any(|w| w.is_finished());
+        // The campaigns hold the pool's session: end them.
+        for w in &waiting {
+            w.abort();
+        }
+        let opened = lock(&api.opened).clone();
+        let answers = api.answers.load(Ordering::SeqCst);
+        let busy_reads = api.busy_reads.load(Ordering::SeqCst);
+        Ok((won, opened, answers, busy_reads))
     });
     let (won, opened, answers, busy_reads) = match outcome {
         Ok(o) => o,

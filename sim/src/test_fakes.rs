@@ -3,11 +3,12 @@
 //! pieces shared by tests that bend the simulated etcd's watch streams.
 
 use std::future::Future;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 
 use coord::{
-    EtcdError, KeepAliveReplies, KeepAliveSender, Revision, WatchControl, WatchEvents, WatchMessage,
+    ElectionPool, EtcdError, KeepAliveReplies, KeepAliveSender, Leadership, Revision,
+    SessionOptions, WatchControl, WatchEvents, WatchMessage,
 };
 use coord_core::io::MessageKind;
 use coord_core::ClusterId;
@@ -15,7 +16,7 @@ use madsim::net::Endpoint;
 use madsim::runtime::Handle;
 use madsim::time::Instant;
 
-use crate::client::SimWatchEvents;
+use crate::client::{ClientLog, SimEtcd, SimWatchEvents};
 use crate::server;
 
 /// A keep-alive stream of a lease etcd does not know: sends fail with
@@ -48,6 +49,61 @@ impl WatchEvents for NoWatch {
     async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
         None
     }
+}
+
+/// Runs `test` in a madsim runtime seeded with `seed`, on a client node
+/// of its own beside a simulated etcd (see [`simulated_etcd`]), and
+/// returns what it returns; `test` gets etcd's address and the time it
+/// started.
+pub(crate) fn run_beside_etcd<T, F, Fut>(seed: u64, test: F) -> Result<T, String>
+where
+    F: FnOnce(SocketAddr, Instant) -> Fut,
+    Fut: Future<Output = Result<T, String>> + Send + 'static,
+    T: Send + 'static,
+{
+    let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    rt.block_on(async move {
+        let (etcd_addr, start) = simulated_etcd().await?;
+        let client = Handle::current()
+            .create_node()
+            .name("client")
+            .ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10)))
+            .build();
+        let run = client.spawn(test(etcd_addr, start));
+        run.await.map_err(|e| format!("{e:?}"))?
+    })
+}
+
+/// A client of the simulated etcd at `etcd`, numbered `client` in its
+/// history.
+pub(crate) async fn sim_client(
+    etcd: SocketAddr,
+    client: u64,
+    start: Instant,
+) -> Result<SimEtcd, String> {
+    SimEtcd::connect(etcd, client, ClientLog::new(start))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// A rival: a pool of its own (client 2) leading each of `names`, in
+/// order. Returns the pool and its leaderships.
+pub(crate) async fn rival_leading(
+    etcd: SocketAddr,
+    start: Instant,
+    opts: &SessionOptions,
+    names: &[&str],
+) -> Result<(ElectionPool, Vec<Leadership>), String> {
+    let fail = |e: coord::Error| e.to_string();
+    let rival = ElectionPool::new(sim_client(etcd, 2, start).await?, opts.clone())
+        .await
+        .map_err(fail)?;
+    let mut held = Vec::new();
+    for name in names {
+        let election = rival.election(name).map_err(fail)?;
+        held.push(election.campaign("rival").await.map_err(fail)?);
+    }
+    Ok((rival, held))
 }
 
 /// Starts the simulated etcd on a node of its own; returns its address
