@@ -1113,8 +1113,12 @@ fn etcd_returning_retries_an_attempt_still_unanswered_at_the_cut() {
 /// if etcd were silent (slow class: attempt 10 waited 18 s). A stream that
 /// did not prove silence (a keep-alive unanswered for a request timeout)
 /// paces the heal as a fast failure.
-#[test]
-fn a_deadline_passing_on_a_stream_reopened_just_before_it_heals_at_the_fast_pace() {
+/// A held lease whose stream etcd refused to reopen (no leader) from 500
+/// ms on, until the last reopen before its deadline (9002) that is less
+/// than a request timeout (2 s) before it: that stream is open and
+/// unanswered when the deadline passes, and the refusals raised the
+/// backoff to attempt 5 or more.
+fn reopened_until_the_deadline() -> Liveness {
     let mut m = registered(StartPolicy::FailFast);
     closed(&mut m, 500, 3, Failure::Unavailable("no leader".into()));
     let _ = drain(&mut m);
@@ -1139,10 +1143,15 @@ fn a_deadline_passing_on_a_stream_reopened_just_before_it_heals_at_the_fast_pace
             break;
         }
     }
-    // This stream is open and unanswered when the deadline passes.
-    let at = fire(&mut m);
-    assert_eq!(at, 9002);
-    let out = drain(&mut m);
+    assert_eq!(m.poll_timeout(), Some(t(9002)));
+    m
+}
+
+/// Runs the deadline's timeout at `at` and returns the heal's `Retrying`
+/// (attempt, wait in ms), after checking the loss's reason.
+fn lost_at(m: &mut Liveness, at: u64) -> (u32, u64) {
+    m.handle(t(at), Input::Timeout).unwrap();
+    let out = drain(m);
     assert_eq!(
         out[1],
         ev(Event::Lost {
@@ -1156,12 +1165,38 @@ fn a_deadline_passing_on_a_stream_reopened_just_before_it_heals_at_the_fast_pace
     else {
         panic!("{out:?}")
     };
+    (attempt, next_at.as_millis() - at)
+}
+
+#[test]
+fn a_deadline_passing_on_a_stream_reopened_just_before_it_heals_at_the_fast_pace() {
+    let mut m = reopened_until_the_deadline();
+    // This stream is open and unanswered when the deadline passes.
+    let (attempt, wait) = lost_at(&mut m, 9002);
     assert!(attempt >= 5, "attempt {attempt}: the refusals counted");
-    assert!(
-        next_at.as_millis() - at <= 1000,
-        "waits {} ms, past the fast cap",
-        next_at.as_millis() - at
-    );
+    assert!(wait <= 1000, "waits {wait} ms, past the fast cap");
+}
+
+/// Seed 9443862 (the 50,000-seed campaign of 2026-12-01): a process paused
+/// 400 ms after a leader change, while its backoff was raised by the
+/// refused reopens, and its lease's deadline passed in the pause. Judged
+/// after the pause, the loss healed at attempt 5's pace (1,061 ms after
+/// it, over the pause's 800 ms bound). A deadline judged a second or more
+/// late was not judged by a running process: the heal starts from the
+/// first attempt. One judged less late still counts the refusals.
+#[test]
+fn a_deadline_judged_long_after_it_passed_heals_from_the_first_attempt() {
+    let mut paused = reopened_until_the_deadline();
+    let (attempt, wait) = lost_at(&mut paused, 9002 + 3000);
+    assert_eq!(attempt, 1, "the refusals before the pause still counted");
+    assert!(wait <= 100, "waits {wait} ms, past the first ceiling");
+    let mut late = reopened_until_the_deadline();
+    let (attempt, wait) = lost_at(&mut late, 9002 + 1000);
+    assert_eq!((attempt, wait <= 100), (1, true), "a second late");
+    let mut busy = reopened_until_the_deadline();
+    let (attempt, wait) = lost_at(&mut busy, 9002 + 999);
+    assert!(attempt >= 5, "attempt {attempt}: the refusals counted");
+    assert!(wait > 100, "waits {wait} ms, a first attempt's pace");
 }
 
 /// The go-coord-style baseline (plain pacing, a lost lease replaced): a

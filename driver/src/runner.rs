@@ -57,7 +57,8 @@ pub(crate) trait Host<M: Machine>: Send + 'static {
 /// by etcd.
 const LATE: Duration = Duration::from_secs(1);
 
-/// How long a late wake lets answers that arrived meanwhile be read.
+/// How long a late wake (or a deadline that came while the streams were
+/// not read) lets answers that arrived meanwhile be read.
 const CATCH_UP: Duration = Duration::from_millis(20);
 
 /// Whether the timer for `deadline` fired [`LATE`] or more after it.
@@ -84,18 +85,66 @@ async fn catch_up<A: EtcdApi, M: Machine>(
 ) {
     while let Ok(c) = done.try_recv() {
         exec.arrived(&c);
-        if let Err(e) = machine.handle(clock.now(), M::Input::from(c)) {
-            warn!(error = ?e, "input refused");
-        }
+        feed(clock, machine, M::Input::from(c));
     }
     for _ in 0..exec.watch_streams() {
         let Some(c) = exec.ready_watch().await else {
             break;
         };
         exec.arrived(&c);
-        if let Err(e) = machine.handle(clock.now(), M::Input::from(c)) {
-            warn!(error = ?e, "input refused");
+        feed(clock, machine, M::Input::from(c));
+    }
+}
+
+/// Feeds the machine one input, logging a refusal.
+fn feed<M: Machine>(clock: &Clock, machine: &mut M, input: M::Input) {
+    if let Err(e) = machine.handle(clock.now(), input) {
+        warn!(error = ?e, "input refused");
+    }
+}
+
+/// Hands the machine's commands to the executor and its events to the
+/// host, then tells the host the outputs are drained.
+fn drain<A: EtcdApi, M: Machine, H: Host<M>>(
+    clock: &Clock,
+    machine: &mut M,
+    exec: &mut Executor<A>,
+    host: &mut H,
+) {
+    while let Some(output) = machine.poll() {
+        match output {
+            Output::Command(c) => exec.execute(c),
+            Output::Event(e) => host.publish(clock.now(), e),
         }
+    }
+    host.drained(machine);
+}
+
+/// For [`CATCH_UP`], reads every completion and watch message as it
+/// becomes readable (watch messages while the host has room), then stops,
+/// however much is still coming. The answers that arrived while this
+/// process was not running, or while its streams were not read, are read
+/// before a deadline is judged, even when reading one takes a turn of the
+/// runtime (a stream polled for the first time since).
+async fn read_for_a_while<A: EtcdApi, M: Machine, H: Host<M>>(
+    clock: &Clock,
+    machine: &mut M,
+    exec: &mut Executor<A>,
+    host: &mut H,
+    done: &mut mpsc::UnboundedReceiver<Completion>,
+) {
+    let end = tokio::time::Instant::now() + CATCH_UP;
+    while tokio::time::Instant::now() < end && !machine.is_closed() {
+        let room = host.room();
+        let c = tokio::select! {
+            biased;
+            Some(c) = done.recv() => c,
+            c = exec.next_watch(), if room => c,
+            () = tokio::time::sleep_until(end) => break,
+        };
+        exec.arrived(&c);
+        feed(clock, machine, M::Input::from(c));
+        drain(clock, machine, exec, host);
     }
 }
 
@@ -122,6 +171,9 @@ pub(crate) async fn run<A, M, H>(
     let mut exec = Executor::new(api, done_tx);
     host.start(clock.now(), &mut machine);
     let mut turns: u32 = 0;
+    // A deadline came while the streams were not read (the consumer was
+    // behind): what arrived meanwhile is read before it is judged.
+    let mut held = false;
     loop {
         turns = turns.wrapping_add(1);
         if turns % YIELD_EVERY == 0 {
@@ -130,13 +182,7 @@ pub(crate) async fn run<A, M, H>(
             // budget does this too, but not every runtime has one.
             tokio::task::yield_now().await;
         }
-        while let Some(output) = machine.poll() {
-            match output {
-                Output::Command(c) => exec.execute(c),
-                Output::Event(e) => host.publish(clock.now(), e),
-            }
-        }
-        host.drained(&machine);
+        drain(&clock, &mut machine, &mut exec, &mut host);
         if machine.is_closed() {
             break;
         }
@@ -152,21 +198,22 @@ pub(crate) async fn run<A, M, H>(
         // silence proves nothing: the machine's timers (an unanswered
         // progress probe) wait until they are read again, and the first
         // message then read proves the stream alive.
-        if room && is_due(deadline) {
+        let due = is_due(deadline);
+        held |= due && !room;
+        if room && due {
             // A due deadline goes before any new input, so a busy loop
             // (a thousand campaigns, a flood of events) cannot hold up a
             // keep-alive. What already arrived goes first: an answer
             // waiting to be read proves etcd alive, whatever the clock
             // says.
-            if woke_late(deadline) {
-                // This process was not running (a GC pause, SIGSTOP):
-                // answers that arrived meanwhile could not be read yet.
-                tokio::time::sleep(CATCH_UP).await;
+            if woke_late(deadline) || std::mem::take(&mut held) {
+                // This process was not running (a GC pause, SIGSTOP), or
+                // its streams were not read: answers that arrived
+                // meanwhile are read first.
+                read_for_a_while(&clock, &mut machine, &mut exec, &mut host, &mut done).await;
             }
             catch_up(&clock, &mut machine, &mut exec, &mut done).await;
-            if let Err(e) = machine.handle(clock.now(), M::timeout_input()) {
-                warn!(error = ?e, "input refused");
-            }
+            feed(&clock, &mut machine, M::timeout_input());
             continue;
         }
         let input = tokio::select! {
@@ -194,9 +241,7 @@ pub(crate) async fn run<A, M, H>(
             // Due: handled at the top of the loop.
             () = sleep_until(deadline), if room => continue,
         };
-        if let Err(e) = machine.handle(clock.now(), input) {
-            warn!(error = ?e, "input refused");
-        }
+        feed(&clock, &mut machine, input);
     }
     // Every request and stream still running is stopped (dropping the
     // executor aborts its tasks) before the host hears the loop ended.

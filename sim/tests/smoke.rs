@@ -730,3 +730,40 @@ fn a_lease_gone_before_its_attach_heals_at_the_first_attempts_pace() {
         "heals after a GC pause: {after_pause:?} ms"
     );
 }
+
+/// Seed 9443862 (the 50,000-seed campaign of 2026-12-01 on 040b36d): an
+/// election process paused 400 ms after a leader change, its keep-alive
+/// stream reopened but its backoff still raised by the refusals, and its
+/// session's lease deadline passed in the 9.8 s pause. Judged after it,
+/// the loss healed at attempt 5's pace: 1,061 ms after the pause, over
+/// its 800 ms bound. A deadline judged a second or more late now restarts
+/// the backoff: the process was not running, and what failed before says
+/// nothing of etcd now.
+#[test]
+fn a_lease_deadline_passed_in_a_pause_heals_at_the_first_attempts_pace() {
+    assert_passes_timing(9443862, Healed::Session, "GC pause");
+}
+
+/// Seed 9431873 (the same campaign): a watcher re-listed after etcd was
+/// wiped, opened its watch and then its consumer stalled for 12.4 s. The
+/// watch's creation came, unread, while the consumer was behind; when the
+/// stall ended its deadline had long passed, and the stream, polled for
+/// the first time since, needed a turn of the runtime to yield the
+/// message, after the 20 ms the run loop waited without reading. The watch
+/// was given up as silent, and the retry, at the backoff the wipe had
+/// raised, reported a deleted host 1.58 s late. A deadline that came while
+/// the streams were not read now lets them be read, as they arrive, for
+/// those 20 ms before it is judged.
+#[test]
+fn a_watch_created_during_a_consumer_stall_is_read_before_its_deadline_is_judged() {
+    let r = run_case(&Case::generate(9431873, Shape::default()));
+    assert_passed(&r);
+    assert!(
+        r.verdict
+            .catch_up_by_kind
+            .iter()
+            .any(|(kind, _)| *kind == "consumer stall"),
+        "no catch-up after the stall timed: {:?}",
+        r.verdict.catch_up_by_kind
+    );
+}

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// A deadline judged this long after it passed was not judged by a
+/// running process: the run loop wakes for a deadline within milliseconds
+/// of it, however busy it is.
+const OVERSLEPT: Duration = Duration::from_secs(1);
+
 impl LeaseEngine {
     /// Opens a new stream for a held lease whose stream broke.
     pub(super) fn reopen(&mut self, now: Instant, lease: Lease, expires_at: Instant) {
@@ -28,6 +33,15 @@ impl LeaseEngine {
     ) {
         match link {
             link if now >= link.expires_at() => {
+                // Judged [`OVERSLEPT`] or more after it passed: this
+                // process was not running (a GC pause, SIGSTOP) when its
+                // lease's deadline came, so the silence since proves
+                // nothing about etcd, and the failures before (a backoff
+                // raised by an outage it was still healing from) say
+                // nothing of etcd now. The heal starts from the first
+                // attempt, as after a restart; failures that follow grow
+                // the delay again.
+                let overslept = now >= link.expires_at() + OVERSLEPT;
                 let (reason, pace) = match link {
                     Link::Up(s) => {
                         self.out.cmd(Command::CloseKeepAlive { stream: s.op });
@@ -38,7 +52,10 @@ impl LeaseEngine {
                         let silent = s
                             .silent_at(self.config.request_timeout)
                             .is_some_and(|at| now >= at);
-                        let class = if silent {
+                        let class = if overslept {
+                            self.backoff.reset();
+                            FailureClass::Fast
+                        } else if silent {
                             FailureClass::Slow
                         } else {
                             FailureClass::Fast
