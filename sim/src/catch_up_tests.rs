@@ -6,7 +6,9 @@
 //! `select!` reads the ready message before its timer branch (the first
 //! test); one that was busy past the deadline reads one ready message of
 //! every stream in its catch-up before the deadline is judged (the
-//! second).
+//! second); one whose consumer was behind when a deadline came reads
+//! its streams, as they yield, for a moment before judging it (the
+//! third).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -390,4 +392,114 @@ fn a_loop_kept_busy_past_a_probe_deadline_reads_every_ready_stream_first() {
         vec![BUSY_NAME, READY_NAME, PROBED_NAME],
         "a stream whose probes were all answered was given up (watches opened, in order)"
     );
+}
+
+/// Lists three hosts at revision 1; every watch's `Created` takes a turn
+/// of the runtime to read, as a stream that was not polled for a while
+/// does (madsim's network, a message just taken from a socket). Counts
+/// the watches opened.
+#[derive(Clone, Default)]
+struct SlowToRead {
+    watches: Arc<AtomicU64>,
+}
+
+/// A stream whose every message is readable one runtime turn after it is
+/// first asked for.
+struct TurnAway(mpsc::UnboundedReceiver<WatchMessage>);
+
+impl WatchEvents for TurnAway {
+    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
+        let m = self.0.recv().await;
+        madsim::time::sleep(Duration::from_micros(1)).await;
+        m.map(Ok)
+    }
+}
+
+impl EtcdApi for SlowToRead {
+    type Keeper = NoLease;
+    type Replies = NoLease;
+    type WatchControl = Answering;
+    type WatchEvents = TurnAway;
+
+    async fn range(&self, _request: RangeRequest) -> Result<Listing, EtcdError> {
+        let host = |id: &str| coord_core::kv::KeyValue {
+            key: coord_core::Key(format!("/coord/hosts/{id}").into_bytes()),
+            value: b"{}".to_vec(),
+            create_revision: Revision(1),
+            mod_revision: Revision(1),
+            lease: LeaseId(7),
+        };
+        Ok(Listing {
+            cluster: ClusterId(1),
+            ..Listing::complete(vec![host("h1"), host("h2"), host("h3")], Revision(1))
+        })
+    }
+    async fn txn(&self, _txn: Txn) -> Result<TxnResponse, EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn watch(
+        &self,
+        _key: Vec<u8>,
+        _prefix: bool,
+        _start_revision: Revision,
+    ) -> Result<(Answering, TurnAway), EtcdError> {
+        self.watches.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let _ = tx.send(message(MessageKind::Created));
+        Ok((Answering(tx), TurnAway(rx)))
+    }
+    async fn lease_grant(&self, _ttl_secs: i64) -> Result<Granted, EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+    async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(NoLease, NoLease), EtcdError> {
+        Err(EtcdError::Unavailable("not in this test".into()))
+    }
+}
+
+/// A consumer behind from the start (a buffer of one, four events of the
+/// first snapshot, nothing taken for `behind`): the watch's creation
+/// arrives while the streams are not read, and its deadline (the request
+/// timeout) passes meanwhile. Once the consumer catches up, the stream,
+/// polled for the first time, needs a turn of the runtime to yield the
+/// creation; the loop reads it before judging the deadline, and keeps the
+/// watch. (Seed 9431873 of the campaign: without that, the watch was
+/// given up as silent and a deletion reported late.) Behind by less than
+/// the loop's "late" threshold (1 s past the deadline) and by more.
+#[test]
+fn a_watch_created_while_the_consumer_was_behind_is_read_before_its_deadline_is_judged() {
+    for behind in [Duration::from_millis(1200), Duration::from_secs(5)] {
+        let rt = madsim::runtime::Runtime::with_seed_and_config(5, madsim::Config::default());
+        let api = SlowToRead::default();
+        let seen = api.clone();
+        let taken = rt.block_on(async move {
+            let opts = WatcherOptions {
+                request_timeout: REQUEST_TIMEOUT,
+                buffer: 1,
+                seed: Some(5),
+                ..WatcherOptions::default()
+            };
+            let Ok(mut watcher) = HostWatcher::<serde_json::Value>::new(api, opts).await else {
+                return 0;
+            };
+            madsim::time::sleep(behind).await;
+            let mut taken = 0;
+            // The snapshot (three `Up`, `Synced`), then nothing more.
+            while let Ok(Some(_)) =
+                madsim::time::timeout(Duration::from_secs(2), watcher.next()).await
+            {
+                taken += 1;
+            }
+            watcher.close().await;
+            taken
+        });
+        assert_eq!(taken, 4, "behind {behind:?}: the snapshot's events");
+        assert_eq!(
+            seen.watches.load(Ordering::SeqCst),
+            1,
+            "behind {behind:?}: a watch whose creation came was given up"
+        );
+    }
 }
