@@ -34,13 +34,18 @@ use tokio::sync::mpsc;
 const PAUSE: Duration = Duration::from_millis(2500);
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Lists an empty prefix at revision 1; every watch sends `Created`, and
-/// answers each progress request at once, after which the process stops
-/// for [`PAUSE`] (virtual time jumps ahead with nothing run). Counts the
-/// watches opened.
+/// Lists `hosts` (none by default) at revision 1; every watch sends
+/// `Created`, and answers each progress request at once, after which the
+/// process stops for [`PAUSE`] (virtual time jumps ahead with nothing
+/// run). With `turn_away`, each message is readable only a turn of the
+/// runtime after it is first asked for, as on a stream that was not
+/// polled for a while (madsim's network, a message just taken from a
+/// socket). Counts the watches opened.
 #[derive(Clone, Default)]
 struct PausedAfterEachProbe {
     watches: Arc<AtomicU64>,
+    hosts: Vec<&'static str>,
+    turn_away: bool,
 }
 
 fn message(kind: MessageKind) -> WatchMessage {
@@ -64,11 +69,16 @@ impl WatchControl for Answering {
     async fn cancel(&mut self) {}
 }
 
-struct Answers(mpsc::UnboundedReceiver<WatchMessage>);
+/// The stream's messages; with the flag, each a runtime turn late.
+struct Answers(mpsc::UnboundedReceiver<WatchMessage>, bool);
 
 impl WatchEvents for Answers {
     async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
-        self.0.recv().await.map(Ok)
+        let m = self.0.recv().await;
+        if self.1 {
+            madsim::time::sleep(Duration::from_micros(1)).await;
+        }
+        m.map(Ok)
     }
 }
 
@@ -79,9 +89,16 @@ impl EtcdApi for PausedAfterEachProbe {
     type WatchEvents = Answers;
 
     async fn range(&self, _request: RangeRequest) -> Result<Listing, EtcdError> {
+        let host = |id: &str| coord_core::kv::KeyValue {
+            key: coord_core::Key(format!("/coord/hosts/{id}").into_bytes()),
+            value: b"{}".to_vec(),
+            create_revision: Revision(1),
+            mod_revision: Revision(1),
+            lease: LeaseId(7),
+        };
         Ok(Listing {
             cluster: ClusterId(1),
-            ..Listing::complete(Vec::new(), Revision(1))
+            ..Listing::complete(self.hosts.iter().map(|h| host(h)).collect(), Revision(1))
         })
     }
     async fn txn(&self, _txn: Txn) -> Result<TxnResponse, EtcdError> {
@@ -96,7 +113,7 @@ impl EtcdApi for PausedAfterEachProbe {
         self.watches.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = mpsc::unbounded_channel();
         let _ = tx.send(message(MessageKind::Created));
-        Ok((Answering(tx), Answers(rx)))
+        Ok((Answering(tx), Answers(rx, self.turn_away)))
     }
     async fn lease_grant(&self, _ttl_secs: i64) -> Result<Granted, EtcdError> {
         Err(EtcdError::Unavailable("not in this test".into()))
@@ -394,71 +411,6 @@ fn a_loop_kept_busy_past_a_probe_deadline_reads_every_ready_stream_first() {
     );
 }
 
-/// Lists three hosts at revision 1; every watch's `Created` takes a turn
-/// of the runtime to read, as a stream that was not polled for a while
-/// does (madsim's network, a message just taken from a socket). Counts
-/// the watches opened.
-#[derive(Clone, Default)]
-struct SlowToRead {
-    watches: Arc<AtomicU64>,
-}
-
-/// A stream whose every message is readable one runtime turn after it is
-/// first asked for.
-struct TurnAway(mpsc::UnboundedReceiver<WatchMessage>);
-
-impl WatchEvents for TurnAway {
-    async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
-        let m = self.0.recv().await;
-        madsim::time::sleep(Duration::from_micros(1)).await;
-        m.map(Ok)
-    }
-}
-
-impl EtcdApi for SlowToRead {
-    type Keeper = NoLease;
-    type Replies = NoLease;
-    type WatchControl = Answering;
-    type WatchEvents = TurnAway;
-
-    async fn range(&self, _request: RangeRequest) -> Result<Listing, EtcdError> {
-        let host = |id: &str| coord_core::kv::KeyValue {
-            key: coord_core::Key(format!("/coord/hosts/{id}").into_bytes()),
-            value: b"{}".to_vec(),
-            create_revision: Revision(1),
-            mod_revision: Revision(1),
-            lease: LeaseId(7),
-        };
-        Ok(Listing {
-            cluster: ClusterId(1),
-            ..Listing::complete(vec![host("h1"), host("h2"), host("h3")], Revision(1))
-        })
-    }
-    async fn txn(&self, _txn: Txn) -> Result<TxnResponse, EtcdError> {
-        Err(EtcdError::Unavailable("not in this test".into()))
-    }
-    async fn watch(
-        &self,
-        _key: Vec<u8>,
-        _prefix: bool,
-        _start_revision: Revision,
-    ) -> Result<(Answering, TurnAway), EtcdError> {
-        self.watches.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let _ = tx.send(message(MessageKind::Created));
-        Ok((Answering(tx), TurnAway(rx)))
-    }
-    async fn lease_grant(&self, _ttl_secs: i64) -> Result<Granted, EtcdError> {
-        Err(EtcdError::Unavailable("not in this test".into()))
-    }
-    async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
-        Err(EtcdError::Unavailable("not in this test".into()))
-    }
-    async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(NoLease, NoLease), EtcdError> {
-        Err(EtcdError::Unavailable("not in this test".into()))
-    }
-}
-
 /// A consumer behind from the start (a buffer of one, four events of the
 /// first snapshot, nothing taken for `behind`): the watch's creation
 /// arrives while the streams are not read, and its deadline (the request
@@ -472,7 +424,11 @@ impl EtcdApi for SlowToRead {
 fn a_watch_created_while_the_consumer_was_behind_is_read_before_its_deadline_is_judged() {
     for behind in [Duration::from_millis(1200), Duration::from_secs(5)] {
         let rt = madsim::runtime::Runtime::with_seed_and_config(5, madsim::Config::default());
-        let api = SlowToRead::default();
+        let api = PausedAfterEachProbe {
+            hosts: vec!["h1", "h2", "h3"],
+            turn_away: true,
+            ..PausedAfterEachProbe::default()
+        };
         let seen = api.clone();
         let taken = rt.block_on(async move {
             let opts = WatcherOptions {
