@@ -7,7 +7,12 @@
 //!   refresh timeout (a `SendKeepAlive`), then etcd's reply;
 //! - `election/handover`: a leader resigns (its guarded delete, then
 //!   etcd's answer) and the candidate queued behind it, in another
-//!   session, takes the delete from its watch and leads.
+//!   session, takes the delete from its watch and leads;
+//! - `pool/progress_of_one_of_N`: a session leading N names (a pool) takes
+//!   a progress answer on one name's queue watch, and is asked what the
+//!   run loop asks after every input (its outputs, its next deadline,
+//!   whether it waits on etcd, its silences); N = 1 and 1,000: what one
+//!   input costs a pool of many names.
 //!
 //! Run: `cargo bench -p coord-core --bench machines`.
 
@@ -228,8 +233,13 @@ fn session_with(lease: i64) -> Session {
 }
 
 fn candidate(lease: i64, create: i64) -> KeyValue {
+    candidate_on(NAME, lease, create)
+}
+
+/// The key of lease `lease`'s campaign on `name`, created at `create`.
+fn candidate_on(name: &[u8], lease: i64, create: i64) -> KeyValue {
     KeyValue {
-        key: candidate_key(&Key(NAME.to_vec()), LeaseId(lease)),
+        key: candidate_key(&Key(name.to_vec()), LeaseId(lease)),
         value: b"v".to_vec(),
         create_revision: Revision(create),
         mod_revision: Revision(create),
@@ -244,11 +254,22 @@ fn joined(
     queue: Vec<KeyValue>,
     revision: i64,
 ) -> (OpId, Vec<Output<Command, session::Event>>) {
+    joined_as(s, ElectionId(1), NAME, queue, revision)
+}
+
+/// [`joined`], as election `id` on `name`.
+fn joined_as(
+    s: &mut Session,
+    id: ElectionId,
+    name: &[u8],
+    queue: Vec<KeyValue>,
+    revision: i64,
+) -> (OpId, Vec<Output<Command, session::Event>>) {
     s.handle(
         Instant::from_millis(10),
         session::Input::Campaign {
-            id: ElectionId(1),
-            name: Key(NAME.to_vec()),
+            id,
+            name: Key(name.to_vec()),
             value: b"v".to_vec(),
             mode: Mode::Wait,
         },
@@ -365,5 +386,47 @@ fn election(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, watcher, liveness, election);
+/// A session (lease 7) leading `names` names, and each one's queue watch.
+fn leading(names: u64) -> (Session, Vec<OpId>) {
+    let mut s = session_with(7);
+    let mut watches = Vec::new();
+    for i in 1..=names {
+        let name = format!("/bench/pool/{i}/").into_bytes();
+        let revision = 20 + i64::try_from(i).unwrap_or(0);
+        let own = candidate_on(&name, 7, revision);
+        let (watch, out) = joined_as(&mut s, ElectionId(i), &name, vec![own], revision);
+        assert!(elected(&out), "name {i} led");
+        watches.push(watch);
+    }
+    (s, watches)
+}
+
+fn pool(c: &mut Criterion) {
+    for names in [1, 1_000] {
+        let (mut s, watches) = leading(names);
+        let mut turn = 0usize;
+        c.bench_function(&format!("pool/progress_of_one_of_{names}"), |b| {
+            b.iter(|| {
+                turn = (turn + 1) % watches.len();
+                s.handle(
+                    Instant::from_millis(1_000),
+                    session::Input::Io(Completion::WatchMessage {
+                        cluster: ClusterId::default(),
+                        stream: watches[turn],
+                        kind: MessageKind::Progress,
+                        events: Vec::new(),
+                        revision: Revision(5_000),
+                    }),
+                )
+                .unwrap();
+                while let Some(o) = s.poll() {
+                    black_box(&o);
+                }
+                black_box((s.poll_timeout(), s.awaits_etcd(), s.silences()));
+            });
+        });
+    }
+}
+
+criterion_group!(benches, watcher, liveness, election, pool);
 criterion_main!(benches);

@@ -310,11 +310,6 @@ impl Contender {
         matches!(self.state, State::Pending)
     }
 
-    /// True if outputs wait to be drained.
-    pub(crate) fn has_output(&self) -> bool {
-        !self.out.is_empty()
-    }
-
     /// The next command or event, in order.
     pub(crate) fn next_output(&mut self) -> Option<Output<Command, ElectionEvent>> {
         self.out.pop_front()

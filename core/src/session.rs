@@ -16,6 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
+mod campaigns;
+use campaigns::Campaigns;
+
 use crate::backoff::BackoffConfig;
 use crate::election::{
     AskedBy, Contender, ContenderConfig, ElectionEvent, ElectionId, Mode, Standing,
@@ -173,7 +176,7 @@ pub struct Session {
     /// Op ids of every campaign (slot 1), and which campaign issued each.
     ids: OpIds,
     routes: BTreeMap<OpId, ElectionId>,
-    elections: BTreeMap<ElectionId, Contender>,
+    elections: Campaigns,
     /// Every id ever used (ids are never reused).
     used: u64,
     out: VecDeque<Output>,
@@ -189,7 +192,7 @@ impl Session {
             engine,
             ids: OpIds::with_slot(1),
             routes: BTreeMap::new(),
-            elections: BTreeMap::new(),
+            elections: Campaigns::default(),
             used: 0,
             out: VecDeque::new(),
         })
@@ -218,7 +221,7 @@ impl Session {
     /// Where a campaign is (`Done` once it is over and forgotten).
     pub fn standing(&self, id: ElectionId) -> Standing {
         self.elections
-            .get(&id)
+            .get(id)
             .map_or(Standing::Done, Contender::standing)
     }
 
@@ -241,24 +244,23 @@ impl Session {
     /// True while the lease or any campaign waits on etcd (see
     /// [`Input::Returned`]).
     pub fn awaits_etcd(&self) -> bool {
-        self.engine.awaits_etcd() || self.elections.values().any(Contender::awaits_etcd)
+        self.engine.awaits_etcd() || self.elections.awaits_etcd()
     }
 
     /// How many requests and streams were found unanswered so far, by the
     /// lease and the campaigns' queue watches now open (so it may also
     /// drop when a campaign ends; any change means "look again").
     pub fn silences(&self) -> u64 {
-        self.elections
-            .values()
-            .map(Contender::silences)
-            .fold(self.engine.silences(), u64::wrapping_add)
+        self.engine
+            .silences()
+            .wrapping_add(self.elections.silences())
     }
 
     /// The soonest deadline of the lease and of every campaign.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.elections
-            .values()
-            .filter_map(Contender::poll_timeout)
+            .poll_timeout()
+            .into_iter()
             .chain(self.engine.poll_timeout())
             .min()
     }
@@ -267,6 +269,10 @@ impl Session {
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
         let result = self.route(now, input);
         self.drain(now);
+        debug_assert!(
+            self.elections.consistent(),
+            "the campaigns' indexes went stale"
+        );
         result
     }
 
@@ -274,15 +280,15 @@ impl Session {
         match input {
             Input::Start => self.engine.handle(now, lease::Input::Start)?,
             Input::Close => {
-                for c in self.elections.values_mut() {
+                for c in self.elections.all_mut() {
                     c.session_closing();
                 }
                 self.engine.handle(now, lease::Input::Close)?;
             }
             Input::Timeout => {
                 self.engine.handle(now, lease::Input::Timeout)?;
-                for c in self.elections.values_mut() {
-                    if c.poll_timeout().is_some_and(|d| d <= now) {
+                for id in self.elections.due(now) {
+                    if let Some(c) = self.elections.get_mut(id) {
                         c.timeout(now, &mut self.ids);
                     }
                 }
@@ -290,7 +296,7 @@ impl Session {
             Input::Returned { probe_sent } => {
                 self.engine
                     .handle(now, lease::Input::Returned { probe_sent })?;
-                for c in self.elections.values_mut() {
+                for c in self.elections.all_mut() {
                     c.cut(now, probe_sent, &mut self.ids);
                 }
             }
@@ -321,7 +327,7 @@ impl Session {
     fn election(&mut self, id: ElectionId) -> Result<(&mut Contender, &mut OpIds), UsageError> {
         let c = self
             .elections
-            .get_mut(&id)
+            .get_mut(id)
             .ok_or(UsageError::UnknownElection)?;
         Ok((c, &mut self.ids))
     }
@@ -338,7 +344,7 @@ impl Session {
         if ends_op(&c) {
             self.routes.remove(&op);
         }
-        if let Some(contender) = self.elections.get_mut(&id) {
+        if let Some(contender) = self.elections.get_mut(id) {
             contender.io(now, c, &mut self.ids);
         }
         Ok(())
@@ -365,7 +371,8 @@ impl Session {
         // the new one wait; a live one on the same key is refused.
         let live = self
             .elections
-            .values()
+            .iter()
+            .map(|(_, c)| c)
             .filter(|c| *c.name() == name)
             .any(|c| !matches!(c.standing(), Standing::Leaving | Standing::Done));
         if live {
@@ -386,13 +393,13 @@ impl Session {
 
     /// Starts every pending campaign that may join: the session holds a
     /// lease, and no earlier campaign on its name is still leaving (their
-    /// keys are the same). Runs after every input: linear in campaigns
-    /// when none is pending, `n log n` when one is.
+    /// keys are the same). Runs after every input: constant time when none
+    /// is pending, `n log n` when one is.
     fn start_ready(&mut self, now: Instant) {
         let Some(lease) = self.engine.lease() else {
             return;
         };
-        if !self.elections.values().any(Contender::is_pending) {
+        if !self.elections.any_pending() {
             return;
         }
         // The first campaign on each name, in id order, is the one that
@@ -403,19 +410,19 @@ impl Session {
             .iter()
             .filter(|(_, c)| named.insert(c.name()))
             .filter(|(_, c)| c.is_pending())
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in ready {
-            if let Some(c) = self.elections.get_mut(&id) {
+            if let Some(c) = self.elections.get_mut(id) {
                 c.lease_ready(now, lease, &mut self.ids);
             }
         }
     }
 
     /// Moves the parts' outputs to the session's queue: the engine's first
-    /// (a lease event concerns every campaign), then each campaign's,
-    /// recording which campaign issued each op; forgets finished
-    /// campaigns.
+    /// (a lease event concerns every campaign), then each touched
+    /// campaign's, recording which campaign issued each op; refreshes
+    /// their indexes and forgets those finished.
     fn drain(&mut self, now: Instant) {
         while let Some(o) = self.engine.poll() {
             match o {
@@ -426,13 +433,13 @@ impl Session {
                             // Started below, once the engine is drained.
                         }
                         lease::Event::Lost { reason, .. } => {
-                            for c in self.elections.values_mut() {
+                            for c in self.elections.all_mut() {
                                 c.lease_lost(reason);
                             }
                         }
                         lease::Event::StartFailed { .. } | lease::Event::Closed { .. } => {
                             // No lease will come: nothing can wait for one.
-                            for c in self.elections.values_mut() {
+                            for c in self.elections.all_mut() {
                                 c.session_closing();
                             }
                         }
@@ -442,13 +449,17 @@ impl Session {
                 }
             }
         }
-        for (id, c) in self.elections.iter_mut() {
+        let mut finished = Vec::new();
+        for id in self.elections.take_touched() {
+            let Some(c) = self.elections.get_mut(id) else {
+                continue;
+            };
             while let Some(o) = c.next_output() {
                 match o {
                     outbox::Output::Command(cmd) => {
                         match &cmd {
                             c if c.starts_op() => {
-                                self.routes.insert(c.op(), *id);
+                                self.routes.insert(c.op(), id);
                             }
                             Command::Abandon { op } | Command::CancelWatch { stream: op } => {
                                 self.routes.remove(op);
@@ -459,26 +470,24 @@ impl Session {
                     }
                     outbox::Output::Event(event) => self
                         .out
-                        .push_back(outbox::Output::Event(Event::Election { id: *id, event })),
+                        .push_back(outbox::Output::Event(Event::Election { id, event })),
                 }
             }
+            if c.is_finished() {
+                finished.push(id);
+            }
+            self.elections.refresh(id);
         }
-        let finished: Vec<ElectionId> = self
-            .elections
-            .iter()
-            .filter(|(_, c)| c.is_finished())
-            .map(|(id, _)| *id)
-            .collect();
         if !finished.is_empty() {
             for id in &finished {
-                self.elections.remove(id);
+                self.elections.remove(*id);
             }
             self.routes.retain(|_, id| !finished.contains(id));
         }
         // A lease just held, or a name just left: start who may (and move
         // what that issued).
         self.start_ready(now);
-        if self.elections.values().any(Contender::has_output) {
+        if self.elections.any_touched() {
             self.drain(now);
         }
     }

@@ -7,7 +7,7 @@
 //! [`close`](Session::close) is an ungraceful close: the keep-alive ends and
 //! the lease (with every key on it) expires about one TTL later.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,6 +168,7 @@ impl Session {
             counters: counters_tx,
             heals: 0,
             campaigns: BTreeMap::new(),
+            eventful: BTreeSet::new(),
             next_request: 0,
         };
         let backend: Arc<dyn Backend> = Arc::new(Shared(client.clone()));
@@ -307,6 +308,10 @@ struct SessionHost {
     counters: watch::Sender<Counters>,
     heals: u64,
     campaigns: BTreeMap<ElectionId, Campaign>,
+    /// Campaigns that had an event since the outputs were last drained:
+    /// only those may have become over (a pool of thousands is not
+    /// looked over after every input).
+    eventful: BTreeSet<ElectionId>,
     next_request: u64,
 }
 
@@ -386,7 +391,10 @@ impl Host<Machine> for SessionHost {
                 }
                 self.reporter.event(&e);
             }
-            Event::Election { id, event } => self.election_event(id, event),
+            Event::Election { id, event } => {
+                self.eventful.insert(id);
+                self.election_event(id, event);
+            }
         }
     }
 
@@ -403,9 +411,17 @@ impl Host<Machine> for SessionHost {
             changed
         });
         // A campaign whose phase is final and owes no answer is forgotten;
-        // one whose every handle is gone is left.
-        self.campaigns
-            .retain(|_, c| !(c.phase.borrow().is_over() && c.answers.is_empty()));
+        // one whose every handle is gone is left. Only an event makes a
+        // phase final or answers the last request.
+        for id in std::mem::take(&mut self.eventful) {
+            if self
+                .campaigns
+                .get(&id)
+                .is_some_and(|c| c.phase.borrow().is_over() && c.answers.is_empty())
+            {
+                self.campaigns.remove(&id);
+            }
+        }
         let counters = Counters {
             campaigns: machine.elections(),
             heals: self.heals,

@@ -1,4 +1,5 @@
-//! etcd's own counters, read from its `/metrics` (Prometheus text).
+//! What the benchmarks read besides their own clocks: etcd's own counters,
+//! from its `/metrics` (Prometheus text), and this process's CPU time.
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -24,6 +25,15 @@ pub fn value(page: &str, name: &str) -> Option<f64> {
 /// The value of counter `name` on `endpoint`'s `/metrics`.
 pub async fn counter(endpoint: &str, name: &str) -> Option<f64> {
     value(&scrape(endpoint).await?, name)
+}
+
+/// This process's CPU time so far (user + system, `getrusage`), µs.
+pub fn cpu_us() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
+        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 * 1e6 + tv.tv_usec() as f64;
+        t(u.user_time()) + t(u.system_time())
+    })
 }
 
 #[cfg(test)]

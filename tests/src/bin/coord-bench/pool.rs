@@ -3,14 +3,16 @@
 //! (`Election::new` for each, as go-coord's pool does). Measured from
 //! etcd: the leases it holds, and the lease renewals (keep-alives) its
 //! leader sees per minute (`etcd_debugging_lease_renewed_total` on
-//! `/metrics`), over several windows once every name leads.
+//! `/metrics`), over several windows once every name leads; and the CPU
+//! time this process (the subject's only client) spends per minute in the
+//! same windows.
 
 use std::time::Duration;
 
 use coord::{Election, ElectionPool, Leadership, SessionOptions};
 use coord_tests::etcd::EtcdCluster;
 
-use crate::metrics::counter;
+use crate::metrics::{counter, cpu_us};
 use crate::stats::{Comparison, Series, Statistic};
 use crate::{Rng, Settings};
 
@@ -31,29 +33,40 @@ async fn leases(etcd: &EtcdCluster, prefix: &str, suffix: &str) -> Option<f64> {
     Some(leases.len() as f64)
 }
 
-/// Renewals per minute over each of `s.windows` windows, and the leases
-/// held at the end of each.
-async fn measure(
-    etcd: &EtcdCluster,
-    s: &Settings,
-    prefix: &str,
-    suffix: &str,
-) -> (Vec<f64>, Vec<f64>) {
+/// What one subject's windows measured.
+#[derive(Default)]
+struct Windows {
+    /// Lease renewals per minute at etcd, one per window.
+    renewals: Vec<f64>,
+    /// Leases held at the end of each window.
+    leases: Vec<f64>,
+    /// This process's CPU time per minute, ms, one per window.
+    cpu_ms: Vec<f64>,
+}
+
+/// Measures `s.windows` windows of the subject whose keys are under
+/// `prefix` and end with `suffix`.
+async fn measure(etcd: &EtcdCluster, s: &Settings, prefix: &str, suffix: &str) -> Windows {
     const RENEWED: &str = "etcd_debugging_lease_renewed_total";
     let endpoint = etcd.endpoints()[0].clone();
-    let (mut rates, mut held) = (Vec::new(), Vec::new());
+    let per_minute = 60.0 / s.window.as_secs_f64();
+    let mut w = Windows::default();
     for _ in 0..s.windows {
         let before = counter(&endpoint, RENEWED).await;
+        let cpu_before = cpu_us();
         tokio::time::sleep(s.window).await;
+        let cpu_after = cpu_us();
         let after = counter(&endpoint, RENEWED).await;
         if let (Some(a), Some(b)) = (before, after) {
-            rates.push((b - a) * 60.0 / s.window.as_secs_f64());
+            w.renewals.push((b - a) * per_minute);
         }
+        w.cpu_ms
+            .push((cpu_after - cpu_before) / 1000.0 * per_minute);
         if let Some(n) = leases(etcd, prefix, suffix).await {
-            held.push(n);
+            w.leases.push(n);
         }
     }
-    (rates, held)
+    w
 }
 
 fn opts() -> SessionOptions {
@@ -123,11 +136,11 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
             lower_is_better: true,
             coord: Series {
                 subject: "coord (one ElectionPool)".into(),
-                values: in_pool.0,
+                values: in_pool.renewals,
             },
             baseline: Series {
                 subject: "a session per name".into(),
-                values: per_name.0,
+                values: per_name.renewals,
             },
             ratio_of: Statistic::Median,
             note: Some(format!(
@@ -142,14 +155,30 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
             lower_is_better: true,
             coord: Series {
                 subject: "coord (one ElectionPool)".into(),
-                values: in_pool.1,
+                values: in_pool.leases,
             },
             baseline: Series {
                 subject: "a session per name".into(),
-                values: per_name.1,
+                values: per_name.leases,
             },
             ratio_of: Statistic::Median,
             note: None,
+        },
+        Comparison {
+            id: "pool-cpu".into(),
+            title: format!("{n} elections held: client CPU per minute"),
+            unit: "ms/min",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord (one ElectionPool)".into(),
+                values: in_pool.cpu_ms,
+            },
+            baseline: Series {
+                subject: "a session per name".into(),
+                values: per_name.cpu_ms,
+            },
+            ratio_of: Statistic::Median,
+            note: Some("user + system time of this process, the subject's only client".into()),
         },
     ]
 }

@@ -10,21 +10,13 @@ use std::time::{Duration, Instant};
 use coord::{Driving, HostEvent, HostMetadata, HostWatcher, WatcherOptions};
 use coord_tests::etcd::EtcdCluster;
 use etcd_client::{EventType, GetOptions, PutOptions, WatchOptions};
-use nix::sys::resource::{getrusage, UsageWho};
 use tokio::process::Command;
 
+use crate::metrics::cpu_us;
 use crate::stats::{Comparison, Series, Statistic};
 use crate::{Rng, Settings};
 
 const DEADLINE: Duration = Duration::from_secs(300);
-
-/// This process's CPU time so far, µs.
-fn cpu_us() -> f64 {
-    getrusage(UsageWho::RUSAGE_SELF).map_or(0.0, |u| {
-        let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 * 1e6 + tv.tv_usec() as f64;
-        t(u.user_time()) + t(u.system_time())
-    })
-}
 
 /// What one consumer run measured.
 struct Measured {
