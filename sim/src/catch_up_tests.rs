@@ -233,15 +233,16 @@ enum Got {
     Note(Nudge),
 }
 
-/// Pending once (without asking to be polled again: the run loop polls
-/// every stream whenever it looks for a message), then ready.
-async fn left_unread() {
-    let mut polled = false;
-    std::future::poll_fn(|_| {
-        if polled {
+/// Pending (asking to be polled again at the run loop's next look for a
+/// message) until the busy stream has delivered more than `before` busy
+/// messages: an answer left unread until the loop was kept busy, however
+/// the loop orders its looks at the streams.
+async fn left_unread_until_busy(busy_reads: &AtomicU64, before: u64) {
+    std::future::poll_fn(|cx| {
+        if busy_reads.load(Ordering::SeqCst) > before {
             Poll::Ready(())
         } else {
-            polled = true;
+            cx.waker().wake_by_ref();
             Poll::Pending
         }
     })
@@ -270,12 +271,13 @@ impl WatchEvents for Nudged {
                     self.next = Some(next_message(events));
                     if let (Some(answers), MessageKind::Progress) = (&self.holds_answers, m.kind) {
                         answers.fetch_add(1, Ordering::SeqCst);
+                        let before = self.busy_reads.load(Ordering::SeqCst);
                         let busy = Nudge {
                             cost: self.busy,
                             then: Some(READY_NAME),
                         };
                         nudge(&self.nudges, BUSY_NAME, busy);
-                        left_unread().await;
+                        left_unread_until_busy(&self.busy_reads, before).await;
                     }
                 }
                 message
