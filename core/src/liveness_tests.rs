@@ -1119,6 +1119,14 @@ fn etcd_returning_retries_an_attempt_still_unanswered_at_the_cut() {
 /// unanswered when the deadline passes, and the refusals raised the
 /// backoff to attempt 5 or more.
 fn reopened_until_the_deadline() -> Liveness {
+    let m = reopened_until(2000);
+    assert_eq!(m.poll_timeout(), Some(t(9002)));
+    m
+}
+
+/// [`reopened_until_the_deadline`], the refusals ending at the first
+/// reopen less than `margin` ms before the deadline.
+fn reopened_until(margin: u64) -> Liveness {
     let mut m = registered(StartPolicy::FailFast);
     closed(&mut m, 500, 3, Failure::Unavailable("no leader".into()));
     let _ = drain(&mut m);
@@ -1139,11 +1147,10 @@ fn reopened_until_the_deadline() -> Liveness {
                 lease: LEASE
             })]
         );
-        if now + 2000 > 9002 {
+        if now + margin > 9002 {
             break;
         }
     }
-    assert_eq!(m.poll_timeout(), Some(t(9002)));
     m
 }
 
@@ -1197,6 +1204,25 @@ fn a_deadline_judged_long_after_it_passed_heals_from_the_first_attempt() {
     let (attempt, wait) = lost_at(&mut busy, 9002 + 999);
     assert!(attempt >= 5, "attempt {attempt}: the refusals counted");
     assert!(wait > 100, "waits {wait} ms, a first attempt's pace");
+}
+
+/// Seed 9542729 (the 50,000-seed campaign on d816398): the same, but the
+/// pause ended 20 ms after the lease's deadline. What showed the process
+/// was not running is its earlier timers: its reopened stream's
+/// keep-alive went unanswered in the pause (due 2 s after the reopen) and
+/// nothing judged it. The first timer judged a second or more late
+/// restarts the backoff, whichever timer it is.
+#[test]
+fn a_deadline_passed_just_before_a_pause_ended_heals_from_the_first_attempt() {
+    let mut m = reopened_until(5000);
+    let soonest = m.poll_timeout().expect("a timer").as_millis();
+    assert!(
+        soonest + 1000 <= 9002,
+        "the stream's timer ({soonest}) comes first"
+    );
+    let (attempt, wait) = lost_at(&mut m, 9002 + 20);
+    assert_eq!(attempt, 1, "the refusals before the pause still counted");
+    assert!(wait <= 100, "waits {wait} ms, past the first ceiling");
 }
 
 /// The go-coord-style baseline (plain pacing, a lost lease replaced): a

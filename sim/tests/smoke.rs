@@ -739,9 +739,16 @@ fn a_lease_gone_before_its_attach_heals_at_the_first_attempts_pace() {
 /// its 800 ms bound. A deadline judged a second or more late now restarts
 /// the backoff: the process was not running, and what failed before says
 /// nothing of etcd now.
+///
+/// Seed 9542729 (the 50,000-seed campaign on d816398, after that fix): the
+/// same path, but the pause ended 20 ms after the lease's deadline, so the
+/// deadline itself was judged on time. The stream's earlier timers (its
+/// reopened keep-alive's answer, due in the pause) show the process was
+/// not running: the first timer judged a second late now decides.
 #[test]
 fn a_lease_deadline_passed_in_a_pause_heals_at_the_first_attempts_pace() {
     assert_passes_timing(9443862, Healed::Session, "GC pause");
+    assert_passes_timing(9542729, Healed::Session, "GC pause");
 }
 
 /// Seed 9431873 (the same campaign): a watcher re-listed after etcd was

@@ -445,6 +445,7 @@ impl LeaseEngine {
         let timeout = self.config.request_timeout;
         self.orphans.tick(&mut self.out, now, timeout, None);
         self.late.tick(&mut self.out, now);
+        let soonest = self.state_deadline();
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Registering {
                 op,
@@ -469,7 +470,7 @@ impl LeaseEngine {
                 lease,
                 link,
                 next_send,
-            } => self.held_timeout(now, lease, link, next_send),
+            } => self.held_timeout(now, lease, link, next_send, soonest),
             State::Waiting { next_at, next } if now >= next_at => match next {
                 Next::Resume(lease) => self.begin_open(now, lease, Attempt::Resume),
                 Next::First => self.begin_grant(now, Attempt::First),

@@ -4,9 +4,9 @@
 
 use super::*;
 
-/// A deadline judged this long after it passed was not judged by a
-/// running process: the run loop wakes for a deadline within milliseconds
-/// of it, however busy it is.
+/// A timer judged this long after it came was not judged by a running
+/// process: the run loop wakes for a deadline within milliseconds of it,
+/// however busy it is.
 const OVERSLEPT: Duration = Duration::from_secs(1);
 
 impl LeaseEngine {
@@ -24,24 +24,29 @@ impl LeaseEngine {
         };
     }
 
+    /// The held lease's timers, `soonest` being the first of them as they
+    /// were before this timeout.
     pub(super) fn held_timeout(
         &mut self,
         now: Instant,
         lease: Lease,
         link: Link,
         next_send: Instant,
+        soonest: Option<Instant>,
     ) {
         match link {
             link if now >= link.expires_at() => {
-                // Judged [`OVERSLEPT`] or more after it passed: this
-                // process was not running (a GC pause, SIGSTOP) when its
-                // lease's deadline came, so the silence since proves
-                // nothing about etcd, and the failures before (a backoff
-                // raised by an outage it was still healing from) say
-                // nothing of etcd now. The heal starts from the first
-                // attempt, as after a restart; failures that follow grow
-                // the delay again.
-                let overslept = now >= link.expires_at() + OVERSLEPT;
+                // The first of the lease's timers (a keep-alive to send, a
+                // reply awaited, the deadline itself) judged [`OVERSLEPT`]
+                // or more after it came: this process was not running (a
+                // GC pause, SIGSTOP) when its lease's deadline came or
+                // before, so the silence since proves nothing about etcd,
+                // and the failures before (a backoff raised by an outage
+                // it was still healing from) say nothing of etcd now. The
+                // heal starts from the first attempt, as after a restart;
+                // failures that follow grow the delay again.
+                let soonest = soonest.unwrap_or_else(|| link.expires_at());
+                let overslept = now >= soonest + OVERSLEPT;
                 let (reason, pace) = match link {
                     Link::Up(s) => {
                         self.out.cmd(Command::CloseKeepAlive { stream: s.op });
