@@ -4,10 +4,11 @@
 //! stream's messages are read by the run loop itself, and every answer
 //! comes back as a [`Completion`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
 
 use coord_core::io::{Command, Completion};
 use coord_core::{Failure, LeaseId, OpId, Revision};
@@ -130,6 +131,53 @@ fn read_first<S: WatchEvents>(opened: oneshot::Receiver<S>) -> Reading<S> {
     })
 }
 
+/// The watch streams whose pending read was woken since it was last
+/// polled, and the run loop to wake for them: a look for a message polls
+/// only those, so a loop reading thousands of mostly quiet streams (a pool
+/// of many names) pays for the streams that have something, not for all.
+#[derive(Default)]
+struct Woken {
+    ops: Mutex<BTreeSet<OpId>>,
+    run_loop: Mutex<Option<Waker>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Woken {
+    /// Marks `op`'s read as due a poll.
+    fn mark(&self, op: OpId) {
+        lock(&self.ops).insert(op);
+    }
+}
+
+/// The waker of one stream's pending read: marks it woken, then wakes the
+/// run loop.
+struct ReadWaker {
+    op: OpId,
+    woken: Arc<Woken>,
+}
+
+impl Wake for ReadWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.mark(self.op);
+        if let Some(run_loop) = lock(&self.woken.run_loop).as_ref() {
+            run_loop.wake_by_ref();
+        }
+    }
+}
+
+/// An open watch stream's pending read, and the waker it is polled with.
+struct Reader<S> {
+    reading: Reading<S>,
+    waker: Waker,
+}
+
 /// Executes commands against `A`. Completions (and keep-alive replies, and
 /// stream ends) go to one unbounded channel; watch messages are read by the
 /// run loop through [`next_watch`](Self::next_watch), so a run loop that
@@ -147,7 +195,9 @@ pub(crate) struct Executor<A: EtcdApi> {
     unanswered: BTreeMap<OpId, tokio::time::Instant>,
     watches: BTreeMap<OpId, mpsc::UnboundedSender<Control>>,
     /// Each open watch stream's pending read.
-    readers: BTreeMap<OpId, Reading<A::WatchEvents>>,
+    readers: BTreeMap<OpId, Reader<A::WatchEvents>>,
+    /// The reads woken since they were last polled.
+    woken: Arc<Woken>,
     /// The stream a message was last read from: the next look starts after
     /// it, so that a busy stream cannot starve the others.
     last_read: Option<OpId>,
@@ -164,6 +214,7 @@ impl<A: EtcdApi> Executor<A> {
             unanswered: BTreeMap::new(),
             watches: BTreeMap::new(),
             readers: BTreeMap::new(),
+            woken: Arc::default(),
             last_read: None,
         }
     }
@@ -189,25 +240,49 @@ impl<A: EtcdApi> Executor<A> {
         self.readers.len()
     }
 
+    /// Starts reading `op` with `reading` (polled at the next look).
+    fn read(&mut self, op: OpId, reading: Reading<A::WatchEvents>) {
+        let waker = Waker::from(Arc::new(ReadWaker {
+            op,
+            woken: Arc::clone(&self.woken),
+        }));
+        self.readers.insert(op, Reader { reading, waker });
+        self.woken.mark(op);
+    }
+
+    /// Polls the reads woken since their last poll, starting after the
+    /// stream last read from, until one has a message or an end.
     fn poll_watch(&mut self, cx: &mut Context<'_>) -> Poll<Completion> {
-        let after = self.last_read;
-        let mut order: Vec<OpId> = self.readers.keys().copied().collect();
-        if let Some(last) = after {
+        {
+            let mut run_loop = lock(&self.woken.run_loop);
+            if !run_loop.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *run_loop = Some(cx.waker().clone());
+            }
+        }
+        let mut order: Vec<OpId> = std::mem::take(&mut *lock(&self.woken.ops))
+            .into_iter()
+            .collect();
+        if let Some(last) = self.last_read {
             let first = order.partition_point(|op| *op <= last);
             order.rotate_left(first);
         }
-        for op in order {
-            let Some(reading) = self.readers.get_mut(&op) else {
+        let mut order = order.into_iter();
+        let found = loop {
+            let Some(op) = order.next() else {
+                break None;
+            };
+            let Some(reader) = self.readers.get_mut(&op) else {
                 continue;
             };
-            let Poll::Ready(read) = reading.as_mut().poll(cx) else {
+            let mut own = Context::from_waker(&reader.waker);
+            let Poll::Ready(read) = reader.reading.as_mut().poll(&mut own) else {
                 continue;
             };
             match read {
                 Read::Message(stream, m) => {
-                    *reading = read_next(stream);
+                    self.read(op, read_next(stream));
                     self.last_read = Some(op);
-                    return Poll::Ready(Completion::WatchMessage {
+                    break Some(Completion::WatchMessage {
                         stream: op,
                         kind: m.kind,
                         events: m.events,
@@ -217,7 +292,7 @@ impl<A: EtcdApi> Executor<A> {
                 }
                 Read::Ended(failure) => {
                     self.readers.remove(&op);
-                    return Poll::Ready(Completion::WatchClosed {
+                    break Some(Completion::WatchClosed {
                         stream: op,
                         failure,
                     });
@@ -226,8 +301,13 @@ impl<A: EtcdApi> Executor<A> {
                     self.readers.remove(&op);
                 }
             }
+        };
+        // Woken but not polled this time: polled at the next look.
+        lock(&self.woken.ops).extend(order);
+        match found {
+            Some(c) => Poll::Ready(c),
+            None => Poll::Pending,
         }
-        Poll::Pending
     }
 
     /// Bookkeeping for a completion about to be handed to the machine: a
@@ -318,7 +398,7 @@ impl<A: EtcdApi> Executor<A> {
                 let (control, control_rx) = mpsc::unbounded_channel();
                 self.watches.insert(op, control);
                 let (opened, opened_rx) = oneshot::channel();
-                self.readers.insert(op, read_first(opened_rx));
+                self.read(op, read_first(opened_rx));
                 let stream = WatchStream {
                     op,
                     key: key.0,

@@ -40,6 +40,8 @@ mod observe_options_tests;
 #[cfg(madsim)]
 pub mod process;
 #[cfg(all(madsim, test))]
+mod quiet_streams_tests;
+#[cfg(all(madsim, test))]
 mod register_tests;
 #[cfg(madsim)]
 pub mod report;
