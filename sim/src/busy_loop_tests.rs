@@ -14,22 +14,19 @@ use std::task::Poll;
 use std::time::Duration;
 
 use coord::{
-    ElectionPool, EtcdApi, EtcdError, Granted, KeepAliveSender, LeaseId, Revision, SessionOptions,
-    WatchEvents, WatchMessage,
+    ElectionPool, EtcdError, KeepAliveSender, Revision, SessionOptions, WatchEvents, WatchMessage,
 };
-use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use madsim::time::Instant;
 
-use crate::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl};
+use crate::client::{SimKeeper, SimWatchEvents};
 use crate::test_fakes::{
-    next_message, rival_leading, run_beside_etcd, sim_client, Delivered, NextMessage,
+    next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered, NextMessage,
 };
 
-/// The simulated etcd, whose watch streams never run dry, and which
-/// records when each keep-alive was sent.
-#[derive(Clone)]
+/// Makes the simulated etcd's watch streams never run dry, and records
+/// when each keep-alive was sent.
+#[derive(Clone, Default)]
 struct Flooding {
-    inner: SimEtcd,
     sends: Arc<Mutex<Vec<Instant>>>,
 }
 
@@ -86,52 +83,22 @@ impl WatchEvents for Flood {
     }
 }
 
-impl EtcdApi for Flooding {
-    type Keeper = RecordedKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
+impl Bend for Flooding {
     type WatchEvents = Flood;
+    type Keeper = RecordedKeeper;
 
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.inner.range(request).await
+    fn watch(&self, _key: &[u8], start: Revision, events: SimWatchEvents) -> Flood {
+        Flood {
+            next: Some(next_message(events)),
+            delivered: Delivered::new(start),
+        }
     }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.inner.txn(txn).await
-    }
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, Flood), EtcdError> {
-        let (control, events) = self.inner.watch(key, prefix, start).await?;
-        Ok((
-            control,
-            Flood {
-                next: Some(next_message(events)),
-                delivered: Delivered::new(start),
-            },
-        ))
-    }
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.inner.lease_grant(ttl_secs).await
-    }
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.inner.lease_revoke(lease).await
-    }
-    async fn lease_keep_alive(
-        &self,
-        lease: LeaseId,
-    ) -> Result<(RecordedKeeper, SimReplies), EtcdError> {
-        let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
-        let keeper = RecordedKeeper {
+
+    fn keeper(&self, keeper: SimKeeper) -> RecordedKeeper {
+        RecordedKeeper {
             inner: keeper,
             sends: Arc::clone(&self.sends),
-        };
-        Ok((keeper, replies))
-    }
-    fn probe_hub(&self) -> Option<coord::ProbeHub> {
-        self.inner.probe_hub()
+        }
     }
 }
 
@@ -139,9 +106,9 @@ impl EtcdApi for Flooding {
 fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
     let outcome = run_beside_etcd(5, |etcd_addr, start| async move {
         let inner = sim_client(etcd_addr, 1, start).await?;
-        let api = Flooding {
+        let api = Bent {
             inner,
-            sends: Arc::default(),
+            bend: Flooding::default(),
         };
         let opts = SessionOptions {
             ttl: Duration::from_secs(10),
@@ -155,6 +122,7 @@ fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
         let leadership = election.campaign("me").await.map_err(|e| e.to_string())?;
         madsim::time::sleep(Duration::from_secs(40)).await;
         let sends = api
+            .bend
             .sends
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -204,9 +172,9 @@ fn a_watch_stream_that_never_runs_dry_does_not_starve_another() {
         let (_rival, mut held) = rival_leading(etcd_addr, start, &opts, &["kept", "given"]).await?;
         let given_up = held.pop().ok_or("the rival holds nothing")?;
         let inner = sim_client(etcd_addr, 1, start).await?;
-        let api = Flooding {
+        let api = Bent {
             inner,
-            sends: Arc::default(),
+            bend: Flooding::default(),
         };
         let pool = ElectionPool::new(api, opts).await.map_err(fail)?;
         // Queued in this order, the first name's stream is read first.

@@ -16,9 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use crate::client::{SimKeeper, SimWatchEvents};
 use crate::test_fakes::{
-    next_message, rival_leading, run_beside_etcd, sim_client, Delivered, NextMessage, NoLease,
+    next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered, NextMessage,
+    NoLease,
 };
 use coord::{
     ElectionPool, EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, SessionOptions,
@@ -201,7 +202,6 @@ fn nudge(nudges: &Nudges, name: &str, nudge: Nudge) {
 /// have a message waiting, in that order after the busy one.
 #[derive(Clone)]
 struct KeptBusy {
-    inner: SimEtcd,
     nudges: Nudges,
     /// Every watch opened, by election name.
     opened: Arc<Mutex<Vec<&'static str>>>,
@@ -301,32 +301,18 @@ impl WatchEvents for Nudged {
     }
 }
 
-impl EtcdApi for KeptBusy {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
+impl Bend for KeptBusy {
     type WatchEvents = Nudged;
+    type Keeper = SimKeeper;
 
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.inner.range(request).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.inner.txn(txn).await
-    }
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, Nudged), EtcdError> {
-        let name = election_of(&key);
-        let (control, events) = self.inner.watch(key, prefix, start).await?;
+    fn watch(&self, key: &[u8], start: Revision, events: SimWatchEvents) -> Nudged {
+        let name = election_of(key);
         let (tx, notes) = mpsc::unbounded_channel();
         if let Some(name) = name {
             lock(&self.opened).push(name);
             lock(&self.nudges).insert(name, tx);
         }
-        let events = Nudged {
+        Nudged {
             next: Some(next_message(events)),
             delivered: Delivered::new(start),
             notes,
@@ -334,20 +320,11 @@ impl EtcdApi for KeptBusy {
             nudges: Arc::clone(&self.nudges),
             busy_reads: Arc::clone(&self.busy_reads),
             busy: self.busy,
-        };
-        Ok((control, events))
+        }
     }
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.inner.lease_grant(ttl_secs).await
-    }
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.inner.lease_revoke(lease).await
-    }
-    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
-        self.inner.lease_keep_alive(lease).await
-    }
-    fn probe_hub(&self) -> Option<coord::ProbeHub> {
-        self.inner.probe_hub()
+
+    fn keeper(&self, keeper: SimKeeper) -> SimKeeper {
+        keeper
     }
 }
 
@@ -373,13 +350,15 @@ fn kept_busy_for(busy: Duration) {
         let names = [BUSY_NAME, READY_NAME, PROBED_NAME];
         let (_rival, _held) = rival_leading(etcd_addr, start, &opts, &names).await?;
         let inner = sim_client(etcd_addr, 1, start).await?;
-        let api = KeptBusy {
+        let api = Bent {
             inner,
-            nudges: Arc::default(),
-            opened: Arc::default(),
-            answers: Arc::default(),
-            busy_reads: Arc::default(),
-            busy,
+            bend: KeptBusy {
+                nudges: Arc::default(),
+                opened: Arc::default(),
+                answers: Arc::default(),
+                busy_reads: Arc::default(),
+                busy,
+            },
         };
         let pool = ElectionPool::new(api.clone(), opts).await.map_err(fail)?;
         let mut waiting = Vec::new();
@@ -396,9 +375,9 @@ fn kept_busy_for(busy: Duration) {
         for w in &waiting {
             w.abort();
         }
-        let opened = lock(&api.opened).clone();
-        let answers = api.answers.load(Ordering::SeqCst);
-        let busy_reads = api.busy_reads.load(Ordering::SeqCst);
+        let opened = lock(&api.bend.opened).clone();
+        let answers = api.bend.answers.load(Ordering::SeqCst);
+        let busy_reads = api.bend.busy_reads.load(Ordering::SeqCst);
         Ok((won, opened, answers, busy_reads))
     });
     let (won, opened, answers, busy_reads) = match outcome {

@@ -9,13 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
-use crate::test_fakes::{rival_leading, run_beside_etcd, sim_client};
-use coord::{
-    ElectionPool, EtcdApi, EtcdError, Granted, LeaseId, Revision, SessionOptions, WatchEvents,
-    WatchMessage,
-};
-use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
+use crate::client::{SimKeeper, SimWatchEvents};
+use crate::test_fakes::{rival_leading, run_beside_etcd, sim_client, Bend, Bent};
+use coord::{ElectionPool, EtcdError, Revision, SessionOptions, WatchEvents, WatchMessage};
 
 /// The polls of one stream's reads, and the messages it delivered.
 #[derive(Default)]
@@ -24,10 +20,10 @@ struct Tally {
     messages: AtomicU64,
 }
 
-/// The simulated etcd, counting the polls of every watch stream's reads.
-#[derive(Clone)]
+/// Counts the polls of every watch stream's reads, one tally per stream
+/// in the order they opened.
+#[derive(Clone, Default)]
 struct Counted {
-    inner: SimEtcd,
     streams: Arc<Mutex<Vec<Arc<Tally>>>>,
 }
 
@@ -52,43 +48,21 @@ impl WatchEvents for CountedEvents {
     }
 }
 
-impl EtcdApi for Counted {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
+impl Bend for Counted {
     type WatchEvents = CountedEvents;
+    type Keeper = SimKeeper;
 
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.inner.range(request).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.inner.txn(txn).await
-    }
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, CountedEvents), EtcdError> {
-        let (control, inner) = self.inner.watch(key, prefix, start).await?;
+    fn watch(&self, _key: &[u8], _start: Revision, inner: SimWatchEvents) -> CountedEvents {
         let tally = Arc::<Tally>::default();
         self.streams
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(Arc::clone(&tally));
-        Ok((control, CountedEvents { inner, tally }))
+        CountedEvents { inner, tally }
     }
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.inner.lease_grant(ttl_secs).await
-    }
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.inner.lease_revoke(lease).await
-    }
-    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
-        self.inner.lease_keep_alive(lease).await
-    }
-    fn probe_hub(&self) -> Option<coord::ProbeHub> {
-        self.inner.probe_hub()
+
+    fn keeper(&self, keeper: SimKeeper) -> SimKeeper {
+        keeper
     }
 }
 
@@ -113,9 +87,9 @@ fn a_look_for_a_message_polls_only_the_streams_that_were_woken() {
         let names: Vec<String> = (0..NAMES).map(|i| format!("name-{i:02}")).collect();
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let (_rival, _held) = rival_leading(etcd_addr, start, &opts, &name_refs).await?;
-        let api = Counted {
+        let api = Bent {
             inner: sim_client(etcd_addr, 1, start).await?,
-            streams: Arc::default(),
+            bend: Counted::default(),
         };
         let pool = ElectionPool::new(api.clone(), opts).await.map_err(fail)?;
         let mut waiting = Vec::new();
@@ -131,6 +105,7 @@ fn a_look_for_a_message_polls_only_the_streams_that_were_woken() {
             w.abort();
         }
         let tallies: Vec<(u64, u64)> = api
+            .bend
             .streams
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

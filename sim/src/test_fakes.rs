@@ -7,16 +7,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 
 use coord::{
-    ElectionPool, EtcdError, KeepAliveReplies, KeepAliveSender, Leadership, Revision,
-    SessionOptions, WatchControl, WatchEvents, WatchMessage,
+    ElectionPool, EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, Leadership,
+    LeaseId, Revision, SessionOptions, WatchControl, WatchEvents, WatchMessage,
 };
-use coord_core::io::MessageKind;
+use coord_core::io::{Listing, MessageKind, RangeRequest, Txn, TxnResponse};
 use coord_core::ClusterId;
 use madsim::net::Endpoint;
 use madsim::runtime::Handle;
 use madsim::time::Instant;
 
-use crate::client::{ClientLog, SimEtcd, SimWatchEvents};
+use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
 use crate::server;
 
 /// A keep-alive stream of a lease etcd does not know: sends fail with
@@ -48,6 +48,77 @@ impl WatchControl for NoWatch {
 impl WatchEvents for NoWatch {
     async fn next(&mut self) -> Option<Result<WatchMessage, EtcdError>> {
         None
+    }
+}
+
+/// How a test bends the simulated etcd: what its watch streams deliver
+/// and what its keep-alive senders do. Everything else passes through
+/// unchanged (see [`Bent`]).
+pub(crate) trait Bend: Clone + Send + Sync + 'static {
+    /// The bent watch stream's messages.
+    type WatchEvents: WatchEvents;
+    /// The bent keep-alive sender.
+    type Keeper: KeepAliveSender;
+
+    /// The stream a watch of `key` from `start` delivers, made of the real
+    /// one.
+    fn watch(&self, key: &[u8], start: Revision, events: SimWatchEvents) -> Self::WatchEvents;
+
+    /// The keep-alive sender of a lease's stream, made of the real one.
+    fn keeper(&self, keeper: SimKeeper) -> Self::Keeper;
+}
+
+/// A client of the simulated etcd, bent by `B`; the rest of its API passes
+/// through to the real client.
+#[derive(Clone)]
+pub(crate) struct Bent<B> {
+    pub(crate) inner: SimEtcd,
+    pub(crate) bend: B,
+}
+
+impl<B: Bend> EtcdApi for Bent<B> {
+    type Keeper = B::Keeper;
+    type Replies = SimReplies;
+    type WatchControl = SimWatchControl;
+    type WatchEvents = B::WatchEvents;
+
+    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
+        self.inner.range(request).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        self.inner.txn(txn).await
+    }
+    async fn watch(
+        &self,
+        key: Vec<u8>,
+        prefix: bool,
+        start: Revision,
+    ) -> Result<(SimWatchControl, B::WatchEvents), EtcdError> {
+        let bent_key = key.clone();
+        let (control, events) = self.inner.watch(key, prefix, start).await?;
+        Ok((control, self.bend.watch(&bent_key, start, events)))
+    }
+    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        self.inner.lease_grant(ttl_secs).await
+    }
+    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
+        self.inner.lease_revoke(lease).await
+    }
+    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(B::Keeper, SimReplies), EtcdError> {
+        let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
+        Ok((self.bend.keeper(keeper), replies))
+    }
+    fn probe_hub(&self) -> Option<coord::ProbeHub> {
+        self.inner.probe_hub()
+    }
+    fn for_probe(&self) -> Self {
+        Bent {
+            inner: self.inner.for_probe(),
+            bend: self.bend.clone(),
+        }
+    }
+    async fn silent(&self) {
+        self.inner.silent().await;
     }
 }
 
