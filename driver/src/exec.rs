@@ -4,9 +4,10 @@
 //! stream's messages are read by the run loop itself, and every answer
 //! comes back as a [`Completion`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -132,12 +133,15 @@ fn read_first<S: WatchEvents>(opened: oneshot::Receiver<S>) -> Reading<S> {
 }
 
 /// The watch streams whose pending read was woken since it was last
-/// polled, and the run loop to wake for them: a look for a message polls
-/// only those, so a loop reading thousands of mostly quiet streams (a pool
-/// of many names) pays for the streams that have something, not for all.
+/// polled, in the order they were woken, and the run loop to wake for
+/// them: a look for a message polls only those, so a loop reading
+/// thousands of mostly quiet streams (a pool of many names) pays for the
+/// streams that have something, not for all. In wake order, a stream that
+/// just delivered (and is due a poll of its next read) comes after the
+/// others that were woken meanwhile: a busy stream cannot starve them.
 #[derive(Default)]
 struct Woken {
-    ops: Mutex<BTreeSet<OpId>>,
+    ops: Mutex<Vec<OpId>>,
     run_loop: Mutex<Option<Waker>>,
 }
 
@@ -145,18 +149,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Woken {
-    /// Marks `op`'s read as due a poll.
-    fn mark(&self, op: OpId) {
-        lock(&self.ops).insert(op);
-    }
-}
-
-/// The waker of one stream's pending read: marks it woken, then wakes the
-/// run loop.
+/// The waker of one stream's reads: marks the stream woken (once until
+/// its next poll), then wakes the run loop.
 struct ReadWaker {
     op: OpId,
+    /// Whether the stream is in the woken list (due a poll).
+    marked: AtomicBool,
     woken: Arc<Woken>,
+}
+
+impl ReadWaker {
+    /// Puts the stream in the woken list, unless it is there already.
+    fn mark(&self) {
+        if !self.marked.swap(true, Ordering::AcqRel) {
+            lock(&self.woken.ops).push(self.op);
+        }
+    }
 }
 
 impl Wake for ReadWaker {
@@ -165,16 +173,18 @@ impl Wake for ReadWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.mark(self.op);
+        self.mark();
         if let Some(run_loop) = lock(&self.woken.run_loop).as_ref() {
             run_loop.wake_by_ref();
         }
     }
 }
 
-/// An open watch stream's pending read, and the waker it is polled with.
+/// An open watch stream's pending read, and the waker its reads are
+/// polled with (one per stream, for all its reads).
 struct Reader<S> {
     reading: Reading<S>,
+    handle: Arc<ReadWaker>,
     waker: Waker,
 }
 
@@ -198,9 +208,8 @@ pub(crate) struct Executor<A: EtcdApi> {
     readers: BTreeMap<OpId, Reader<A::WatchEvents>>,
     /// The reads woken since they were last polled.
     woken: Arc<Woken>,
-    /// The stream a message was last read from: the next look starts after
-    /// it, so that a busy stream cannot starve the others.
-    last_read: Option<OpId>,
+    /// The woken list being polled (kept to reuse its allocation).
+    polling: Vec<OpId>,
 }
 
 impl<A: EtcdApi> Executor<A> {
@@ -215,7 +224,7 @@ impl<A: EtcdApi> Executor<A> {
             watches: BTreeMap::new(),
             readers: BTreeMap::new(),
             woken: Arc::default(),
-            last_read: None,
+            polling: Vec::new(),
         }
     }
 
@@ -242,16 +251,26 @@ impl<A: EtcdApi> Executor<A> {
 
     /// Starts reading `op` with `reading` (polled at the next look).
     fn read(&mut self, op: OpId, reading: Reading<A::WatchEvents>) {
-        let waker = Waker::from(Arc::new(ReadWaker {
+        let handle = Arc::new(ReadWaker {
             op,
+            marked: AtomicBool::new(false),
             woken: Arc::clone(&self.woken),
-        }));
-        self.readers.insert(op, Reader { reading, waker });
-        self.woken.mark(op);
+        });
+        handle.mark();
+        let waker = Waker::from(Arc::clone(&handle));
+        self.readers.insert(
+            op,
+            Reader {
+                reading,
+                handle,
+                waker,
+            },
+        );
     }
 
-    /// Polls the reads woken since their last poll, starting after the
-    /// stream last read from, until one has a message or an end.
+    /// Polls the reads woken since their last poll, in the order they were
+    /// woken, until one has a message or an end; those not reached stay
+    /// first in line for the next look.
     fn poll_watch(&mut self, cx: &mut Context<'_>) -> Poll<Completion> {
         {
             let mut run_loop = lock(&self.woken.run_loop);
@@ -259,29 +278,27 @@ impl<A: EtcdApi> Executor<A> {
                 *run_loop = Some(cx.waker().clone());
             }
         }
-        let mut order: Vec<OpId> = std::mem::take(&mut *lock(&self.woken.ops))
-            .into_iter()
-            .collect();
-        if let Some(last) = self.last_read {
-            let first = order.partition_point(|op| *op <= last);
-            order.rotate_left(first);
-        }
-        let mut order = order.into_iter();
+        let mut order = std::mem::take(&mut self.polling);
+        std::mem::swap(&mut order, &mut *lock(&self.woken.ops));
+        let mut at = 0;
         let found = loop {
-            let Some(op) = order.next() else {
+            let Some(&op) = order.get(at) else {
                 break None;
             };
+            at += 1;
             let Some(reader) = self.readers.get_mut(&op) else {
                 continue;
             };
+            // Woken from here on is woken again.
+            reader.handle.marked.store(false, Ordering::Release);
             let mut own = Context::from_waker(&reader.waker);
             let Poll::Ready(read) = reader.reading.as_mut().poll(&mut own) else {
                 continue;
             };
             match read {
                 Read::Message(stream, m) => {
-                    self.read(op, read_next(stream));
-                    self.last_read = Some(op);
+                    reader.reading = read_next(stream);
+                    reader.handle.mark();
                     break Some(Completion::WatchMessage {
                         stream: op,
                         kind: m.kind,
@@ -302,8 +319,14 @@ impl<A: EtcdApi> Executor<A> {
                 }
             }
         };
-        // Woken but not polled this time: polled at the next look.
-        lock(&self.woken.ops).extend(order);
+        // Woken but not reached this time: first at the next look, before
+        // the streams woken since.
+        if at < order.len() {
+            let mut woken = lock(&self.woken.ops);
+            woken.splice(0..0, order.drain(at..));
+        }
+        order.clear();
+        self.polling = order;
         match found {
             Some(c) => Poll::Ready(c),
             None => Poll::Pending,
