@@ -44,8 +44,8 @@ mod pages;
 mod status;
 mod verify;
 
-use status::Failing;
 pub use status::MirrorStatus;
+use status::{Failing, Showed};
 use verify::{Found, Verify};
 
 use std::collections::{BTreeMap, VecDeque};
@@ -718,10 +718,41 @@ impl Mirror {
     }
 
     fn retry(&mut self, now: Instant, failure: AttemptFailure, then: Then) {
+        self.retry_showing(now, failure, then, Showed::NotServing);
+    }
+
+    /// etcd answered a watch from behind the view, or as another cluster:
+    /// a check is due. The failures before it in this run (etcd
+    /// unreachable, refusing, silent) say nothing of etcd now that it
+    /// answers, so the backoff starts over, and the check goes out after
+    /// the first attempt's delay, not after the delay the outage had
+    /// grown to (seed 9762455: a watch answered by the new cluster just
+    /// after a wipe waited 940 ms to re-list). Unless the run's last
+    /// failure was such an answer too: a member answering from behind
+    /// again after a check found etcd as it was is backed off, not
+    /// re-listed in a loop.
+    fn retry_check(&mut self, now: Instant, why: Failure) {
+        let again = self
+            .failing
+            .as_ref()
+            .is_some_and(|f| f.showed == Showed::AnsweredBehind);
+        if !again {
+            self.backoff.reset();
+        }
+        self.retry_showing(
+            now,
+            AttemptFailure::Etcd(why),
+            Then::List(ListReason::Check),
+            Showed::AnsweredBehind,
+        );
+    }
+
+    fn retry_showing(&mut self, now: Instant, failure: AttemptFailure, then: Then, showed: Showed) {
         let since = self.failing.as_ref().map_or(now, |f| f.since);
         self.failing = Some(Failing {
             since,
             last: failure.clone(),
+            showed,
         });
         let next_at = now + self.backoff.next_delay(failure.class());
         self.change(Change::Retrying(Retry {
@@ -960,11 +991,7 @@ impl Mirror {
                 "watch answered at revision {} of cluster {cluster}, behind revision {} of cluster {}",
                 header.0, self.revision.0, self.cluster
             ));
-            self.retry(
-                now,
-                AttemptFailure::Etcd(why),
-                Then::List(ListReason::Check),
-            );
+            self.retry_check(now, why);
             return;
         }
         // Any message proves the stream alive.

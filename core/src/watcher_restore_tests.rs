@@ -719,3 +719,66 @@ fn etcd_returning_probes_a_quiet_watch_at_once() {
         vec![cmd(Command::RequestProgress { stream: OpId(2) })]
     );
 }
+
+/// The retry announced in `out`.
+fn retrying(out: &[Output]) -> crate::outcome::Retry {
+    match out.iter().find(|o| is_retrying(o)) {
+        Some(Output::Event(Event::Retrying(r))) => r.clone(),
+        _ => panic!("no retry announced: {out:?}"),
+    }
+}
+
+#[test]
+fn a_watch_answered_by_another_cluster_after_an_outage_is_checked_at_the_first_attempts_pace() {
+    // Seed 9762455: etcd wiped; the watcher's attempts were refused five
+    // times (the backoff grew to the fast cap), then the new cluster
+    // answered its watch. The check waited out attempt 6's delay (940 ms)
+    // before listing, leaving the view without a host etcd held for over
+    // 1 s.
+    let mut m = watching_a();
+    let no_leader = || Failure::Unavailable("etcdserver: no leader".into());
+    m.handle(
+        t(100),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: no_leader(),
+        }),
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    // Each retry reads the view back first; refused four more times.
+    let mut sent = after_retry(&mut m);
+    for k in 0..4 {
+        let Some(Output::Command(Command::Range { op, .. })) = sent.last() else {
+            panic!("a retry reads the view back: {sent:?}");
+        };
+        let at = m.poll_timeout().expect("the read's deadline");
+        failed(&mut m, at.as_millis() - 1, op.0, no_leader());
+        assert_eq!(retrying(&drain(&mut m)).attempt, k + 2, "the backoff grows");
+        sent = after_retry(&mut m);
+    }
+    // etcd answers the read back as it was, then its watch as another
+    // cluster (wiped just between).
+    let Some(Output::Command(Command::Range { op, .. })) = sent.last() else {
+        panic!("a retry reads the view back: {sent:?}");
+    };
+    let now = m.poll_timeout().expect("the read's deadline").as_millis() - 1;
+    page(&mut m, now, op.0, vec![kv("b", "B", 4, 8)], 10, false, A);
+    let sent = drain(&mut m);
+    let Some(Output::Command(Command::Watch { op: stream, .. })) = sent.last() else {
+        panic!("the same history: the watch resumes: {sent:?}");
+    };
+    header(&mut m, now + 5, stream.0, MessageKind::Created, 1, B);
+    let r = retrying(&drain(&mut m));
+    assert_eq!(
+        r.attempt, 1,
+        "the failures before etcd answered still count"
+    );
+    let initial = BackoffConfig::default().initial;
+    assert!(
+        r.next_at <= t(now + 5) + initial,
+        "the check waits {:?}",
+        r.next_at.saturating_since(t(now + 5))
+    );
+    assert_eq!(after_retry(&mut m).last(), Some(&lin(stream.0 + 1)));
+}

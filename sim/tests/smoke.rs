@@ -774,3 +774,29 @@ fn a_watch_created_during_a_consumer_stall_is_read_before_its_deadline_is_judged
         r.verdict.catch_up_by_kind
     );
 }
+
+/// Seed 9762455 (the 50,000-seed campaign of 2026-12-01 on ca5fa6a): etcd
+/// wiped twice in a row, the second time as a new cluster. A watcher's
+/// attempts were refused five times while etcd had no leader, so its
+/// backoff had grown to the fast cap; then the new cluster answered its
+/// watch. The check (a linearizable listing) waited out attempt 6's delay,
+/// 940 ms, and the view lacked a host etcd had held for over a second. A
+/// watch answered from behind or by another cluster now starts the
+/// backoff over (unless the run's last failure was such an answer too).
+#[test]
+fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
+    let r = run_case(&Case::generate(9762455, Shape::default()));
+    assert_passed(&r);
+    let restores = r
+        .history
+        .records
+        .iter()
+        .filter(|rec| {
+            matches!(&rec.what, What::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Restored)
+        })
+        .count();
+    assert!(
+        restores >= 4,
+        "the wipes were not seen: {restores} restores"
+    );
+}

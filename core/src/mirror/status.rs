@@ -44,4 +44,17 @@ pub enum MirrorStatus {
 pub(super) struct Failing {
     pub(super) since: Instant,
     pub(super) last: AttemptFailure,
+    /// What the last failure showed of etcd.
+    pub(super) showed: Showed,
+}
+
+/// What a failure showed of etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Showed {
+    /// Nothing of its data: it was unreachable, refused, failed or was
+    /// silent.
+    NotServing,
+    /// It answers, from behind the view or as another cluster: a check
+    /// (a linearizable listing) is due.
+    AnsweredBehind,
 }
