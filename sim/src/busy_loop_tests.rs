@@ -20,7 +20,8 @@ use madsim::time::Instant;
 
 use crate::client::{SimKeeper, SimWatchEvents};
 use crate::test_fakes::{
-    next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered, NextMessage,
+    lock, next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered,
+    NextMessage,
 };
 
 /// Makes the simulated etcd's watch streams never run dry, and records
@@ -37,10 +38,7 @@ struct RecordedKeeper {
 
 impl KeepAliveSender for RecordedKeeper {
     async fn send(&mut self) -> Result<(), EtcdError> {
-        self.sends
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Instant::now());
+        lock(&self.sends).push(Instant::now());
         self.inner.send().await
     }
 }
@@ -121,12 +119,7 @@ fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
         let election = pool.election("flood").map_err(|e| e.to_string())?;
         let leadership = election.campaign("me").await.map_err(|e| e.to_string())?;
         madsim::time::sleep(Duration::from_secs(40)).await;
-        let sends = api
-            .bend
-            .sends
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let sends = lock(&api.bend.sends).clone();
         Ok((leadership.is_leader(), pool.stats().heals, sends))
     });
     let (leader, heals, sends) = match outcome {

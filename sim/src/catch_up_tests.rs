@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use crate::client::{SimKeeper, SimWatchEvents};
 use crate::test_fakes::{
-    next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered, NextMessage,
-    NoLease,
+    lock, next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered,
+    NextMessage, NoLease,
 };
 use coord::{
     ElectionPool, EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, SessionOptions,
@@ -181,10 +181,6 @@ fn election_of(key: &[u8]) -> Option<&'static str> {
     [BUSY_NAME, READY_NAME, PROBED_NAME]
         .into_iter()
         .find(|name| key.starts_with(name.as_bytes()))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn nudge(nudges: &Nudges, name: &str, nudge: Nudge) {

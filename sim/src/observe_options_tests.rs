@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::test_fakes::NoLease;
+use crate::test_fakes::{lock, NoLease};
 use coord::{
     BackoffConfig, EtcdApi, EtcdError, Granted, LeaseId, Revision, SessionOptions, WatchControl,
     WatchEvents, WatchMessage,
@@ -73,10 +73,7 @@ impl EtcdApi for QuietStreams {
         _prefix: bool,
         _start_revision: Revision,
     ) -> Result<(Deaf, Quiet), EtcdError> {
-        self.watches
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Instant::now());
+        lock(&self.watches).push(Instant::now());
         Ok((Deaf, Quiet { created: false }))
     }
     async fn lease_grant(&self, _ttl_secs: i64) -> Result<Granted, EtcdError> {
@@ -116,11 +113,7 @@ fn an_observer_runs_on_the_timeouts_and_backoff_it_is_given() {
         let observe = coord::Observe::start_with(api.clone(), "options", &opts);
         assert!(observe.is_ok(), "a good name was refused");
         madsim::time::sleep(Duration::from_secs(6)).await;
-        let watches = api
-            .watches
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let watches = lock(&api.watches).clone();
         drop(observe);
         watches
     });

@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::client::{SimKeeper, SimWatchEvents};
-use crate::test_fakes::{rival_leading, run_beside_etcd, sim_client, Bend, Bent};
+use crate::test_fakes::{lock, rival_leading, run_beside_etcd, sim_client, Bend, Bent};
 use coord::{ElectionPool, EtcdError, Revision, SessionOptions, WatchEvents, WatchMessage};
 
 /// The polls of one stream's reads, and the messages it delivered.
@@ -54,10 +54,7 @@ impl Bend for Counted {
 
     fn watch(&self, _key: &[u8], _start: Revision, inner: SimWatchEvents) -> CountedEvents {
         let tally = Arc::<Tally>::default();
-        self.streams
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(Arc::clone(&tally));
+        lock(&self.streams).push(Arc::clone(&tally));
         CountedEvents { inner, tally }
     }
 
@@ -104,11 +101,7 @@ fn a_look_for_a_message_polls_only_the_streams_that_were_woken() {
         for w in &waiting {
             w.abort();
         }
-        let tallies: Vec<(u64, u64)> = api
-            .bend
-            .streams
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        let tallies: Vec<(u64, u64)> = lock(&api.bend.streams)
             .iter()
             .map(|t| {
                 (

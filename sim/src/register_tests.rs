@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::test_fakes::NoWatch;
+use crate::test_fakes::{lock, NoWatch};
 use coord::{
     Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
     KeepAliveSender, LeaseId, LivenessOptions, Revision,
@@ -55,10 +55,7 @@ impl EtcdApi for Recording {
         let mut responses = Vec::new();
         for op in txn.failure {
             if let TxnOp::Put { value, .. } = op {
-                self.puts
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .push(value);
+                lock(&self.puts).push(value);
                 responses.push(TxnOpResponse::Put);
             }
         }
@@ -114,10 +111,7 @@ fn written_started_at(given: i64) -> i64 {
         true
     });
     assert!(registered, "the registration failed");
-    let puts = puts
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+    let puts = lock(&puts).clone();
     let Some(first) = puts.first() else {
         panic!("nothing was written");
     };
@@ -179,12 +173,7 @@ fn metadata_up_to_the_limit_is_registered_and_a_byte_more_refused() {
         matches!(registered, Err(Error::MetadataTooLarge { size, max: m }) if size == max + 1 && m == max),
         "{registered:?}"
     );
-    assert!(
-        puts.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_empty(),
-        "oversized metadata was written"
-    );
+    assert!(lock(&puts).is_empty(), "oversized metadata was written");
 }
 
 #[test]

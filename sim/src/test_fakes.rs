@@ -19,6 +19,12 @@ use madsim::time::Instant;
 use crate::client::{ClientLog, SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
 use crate::server;
 
+/// `m`'s guard, even if a panicking thread poisoned it (a test's records
+/// are still worth reading).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A keep-alive stream of a lease etcd does not know: sends fail with
 /// "lease not found", and no reply ever comes.
 pub(crate) struct NoLease;
