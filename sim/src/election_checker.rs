@@ -39,10 +39,11 @@
 //!   half a second.
 //!
 //! It also measures failover latency (a leader's process crashed to a
-//! successor leading, minus the crashed leader's TTL) and handover
+//! successor leading, minus the crashed leader's TTL, where the queued
+//! successors were undisturbed) and handover
 //! latency (resign to the successor elected).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::checker::{Invariant, Verdict};
@@ -171,7 +172,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &owners, &samples, &disturbed, v);
-    latencies(case, history, &log, &samples, v);
+    latencies(case, history, &log, &owners, &disturbed, &samples, v);
     crate::observe_checker::check(case, history, &log, v);
     crate::api_checker::check(history, &log, case.contenders.len(), v);
 }
@@ -715,7 +716,7 @@ fn losing_tries_write_nothing(
                 });
                 for e in created {
                     let queued = present_after(log, &prefix, |l| l.revision < e.revision);
-                    if let Some(other) = queued.iter().find(|k| **k != e.key) {
+                    if let Some(other) = queued.keys().find(|k| **k != e.key) {
                         v.violate(
                             Invariant::TryWritesNothing,
                             e.at_ms,
@@ -760,15 +761,15 @@ fn present_after<'a>(
     log: &'a [LogEntry],
     prefix: &str,
     before: impl Fn(&LogEntry) -> bool,
-) -> BTreeSet<&'a str> {
-    let mut present = BTreeSet::new();
+) -> BTreeMap<&'a str, i64> {
+    let mut present = BTreeMap::new();
     for e in log
         .iter()
         .take_while(|e| before(e))
         .filter(|e| e.key.starts_with(prefix))
     {
         if e.present {
-            present.insert(e.key.as_str());
+            present.insert(e.key.as_str(), e.lease);
         } else {
             present.remove(e.key.as_str());
         }
@@ -994,11 +995,16 @@ fn latencies(
     case: &Case,
     history: &History,
     log: &[LogEntry],
+    owners: &BTreeMap<i64, u64>,
+    disturbed: &[Vec<(u64, u64)>],
     samples: &[(u64, &Vec<ContenderSample>)],
     v: &mut Verdict,
 ) {
     // Failover: a crashed leader's process to a successor leading, when a
-    // successor was already queued (else it measures idle time).
+    // successor was already queued (else it measures idle time) and every
+    // queued process was undisturbed until the crashed lease's expiry plus
+    // `prompt()` (else it measures the other fault: a successor paused
+    // through the expiry takes over when it resumes, whatever the policy).
     for r in &history.records {
         let What::Fault(Fault::ContenderCrash { contender, .. }) = &r.what else {
             continue;
@@ -1009,9 +1015,20 @@ fn latencies(
             continue;
         };
         let ttl = case.contenders.get(*contender).map_or(10, |s| s.ttl) * 1000;
+        let due = r.at_ms + ttl + prompt();
         for (name, key, _, _) in led {
             let queued = present_after(log, &format!("{name}/"), |l| l.at_ms <= r.at_ms);
-            if !queued.iter().any(|k| *k != key) {
+            let successors: Vec<i64> = queued
+                .iter()
+                .filter(|(k, _)| **k != key)
+                .map(|(_, lease)| *lease)
+                .collect();
+            let clear = successors.iter().all(|lease| {
+                owner(owners, *lease)
+                    .and_then(|c| disturbed.get(c))
+                    .is_some_and(|d| undisturbed(d, r.at_ms, due))
+            });
+            if successors.is_empty() || !clear {
                 continue;
             }
             let next = samples.iter().find(|(t, ss)| {

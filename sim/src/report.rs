@@ -204,7 +204,7 @@ impl Summary {
         }
         let _ = writeln!(
             out,
-            "(detection, heal and failover are sampled every {} ms: detection = crash to key gone, heal = path to etcd clear to registered; watcher lag = etcd change to event, undisturbed watchers; failover = a leader's crash to a successor already queued leading, minus the crashed leader's TTL; handover = resign to the next leader elected)",
+            "(detection, heal and failover are sampled every {} ms: detection = crash to key gone, heal = path to etcd clear to registered; watcher lag = etcd change to event, undisturbed watchers; failover = a leader's crash to a successor already queued leading, minus the crashed leader's TTL, where every queued successor was undisturbed; handover = resign to the next leader elected)",
             SAMPLE_EVERY.as_millis()
         );
         for f in &self.failures {

@@ -343,7 +343,8 @@ fn smoke_campaign_of_fixed_seeds_passes() {
     assert!(elected > 10_000, "only {elected} elections");
     assert!(fenced_writes > 50_000, "only {fenced_writes} fenced writes");
     assert!(handovers > 5_000, "only {handovers} handovers");
-    assert!(failovers > 15, "only {failovers} failovers");
+    // Failovers with every queued successor undisturbed: 7 in these seeds.
+    assert!(failovers >= 5, "only {failovers} failovers");
 }
 
 proptest! {
@@ -798,5 +799,46 @@ fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
     assert!(
         restores >= 4,
         "the wipes were not seen: {restores} restores"
+    );
+}
+
+/// Seed 503: contender 3 crashes while leading three names, and contender
+/// 4, queued on two of them, is paused 3 s later for 14.5 s, through the
+/// crashed lease's expiry. The names are taken over when the crashed
+/// process restarts, 4 s after the expiry: that is the pause's doing, not
+/// failover, and counted as failover it made coord's p99 in the
+/// side-by-side summary ten times the baseline's. Failover is measured
+/// only where every queued successor was undisturbed.
+#[test]
+fn a_failover_whose_queued_successor_was_paused_through_the_expiry_is_not_measured() {
+    let r = run_case(&Case::generate(503, Shape::default()));
+    assert_passed(&r);
+    let at = |want: &dyn Fn(&What) -> bool| {
+        r.history
+            .records
+            .iter()
+            .find(|rec| want(&rec.what))
+            .map(|rec| rec.at_ms)
+    };
+    let crash = at(&|w| {
+        matches!(
+            w,
+            What::Fault(coord_sim::schedule::Fault::ContenderCrash { contender: 3, .. })
+        )
+    });
+    let pause = at(&|w| {
+        matches!(
+            w,
+            What::Fault(coord_sim::schedule::Fault::ContenderPause { contender: 4, .. })
+        )
+    });
+    assert!(
+        matches!((crash, pause), (Some(c), Some(p)) if p > c && p < c + 7_000),
+        "the schedule changed: crash at {crash:?}, pause at {pause:?}"
+    );
+    assert!(
+        r.verdict.failover_ms.iter().all(|f| *f < 1_000),
+        "a disturbed failover was measured: {:?}",
+        r.verdict.failover_ms
     );
 }
