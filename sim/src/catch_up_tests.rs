@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use crate::client::{SimKeeper, SimWatchEvents};
 use crate::test_fakes::{
-    lock, next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent, Delivered,
-    NextMessage, NoLease,
+    block_on_within, lock, next_message, rival_leading, run_beside_etcd, sim_client, Bend, Bent,
+    Delivered, NextMessage, NoLease,
 };
 use coord::{
     ElectionPool, EtcdApi, EtcdError, Granted, HostWatcher, LeaseId, Revision, SessionOptions,
@@ -129,10 +129,9 @@ impl EtcdApi for PausedAfterEachProbe {
 
 #[test]
 fn a_probe_answered_during_a_pause_keeps_the_stream() {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(4, madsim::Config::default());
     let api = PausedAfterEachProbe::default();
     let seen = api.clone();
-    let started = rt.block_on(async move {
+    let started = block_on_within(4, async move {
         let opts = WatcherOptions {
             probe_interval: Duration::from_secs(1),
             request_timeout: REQUEST_TIMEOUT,
@@ -416,14 +415,13 @@ fn a_loop_kept_busy_past_a_probe_deadline_reads_every_ready_stream_first() {
 #[test]
 fn a_watch_created_while_the_consumer_was_behind_is_read_before_its_deadline_is_judged() {
     for behind in [Duration::from_millis(1200), Duration::from_secs(5)] {
-        let rt = madsim::runtime::Runtime::with_seed_and_config(5, madsim::Config::default());
         let api = PausedAfterEachProbe {
             hosts: vec!["h1", "h2", "h3"],
             turn_away: true,
             ..PausedAfterEachProbe::default()
         };
         let seen = api.clone();
-        let taken = rt.block_on(async move {
+        let taken = block_on_within(5, async move {
             let opts = WatcherOptions {
                 request_timeout: REQUEST_TIMEOUT,
                 buffer: 1,

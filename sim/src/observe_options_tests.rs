@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::test_fakes::{lock, NoLease};
+use crate::test_fakes::{block_on_within, lock, NoLease};
 use coord::{
     BackoffConfig, EtcdApi, EtcdError, Granted, LeaseId, Revision, SessionOptions, WatchControl,
     WatchEvents, WatchMessage,
@@ -105,8 +105,7 @@ fn an_observer_runs_on_the_timeouts_and_backoff_it_is_given() {
         seed: Some(7),
         ..SessionOptions::default()
     };
-    let rt = madsim::runtime::Runtime::with_seed_and_config(1, madsim::Config::default());
-    let watches = rt.block_on(async move {
+    let watches = block_on_within(1, async move {
         let api = QuietStreams {
             watches: Arc::default(),
         };

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::test_fakes::{lock, NoWatch};
+use crate::test_fakes::{block_on_within, lock, NoWatch};
 use coord::{
     Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
     KeepAliveSender, LeaseId, LivenessOptions, Revision,
@@ -96,10 +96,9 @@ impl EtcdApi for Recording {
 
 /// The `started_at_unix_ns` that registering with `given` writes.
 fn written_started_at(given: i64) -> i64 {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(2, madsim::Config::default());
     let api = Recording::default();
     let puts = Arc::clone(&api.puts);
-    let registered = rt.block_on(async move {
+    let registered = block_on_within(2, async move {
         let meta = HostMetadata {
             started_at_unix_ns: given,
             ..HostMetadata::new("h1", "h1.example")
@@ -145,8 +144,7 @@ fn metadata_of_len(len: usize) -> HostMetadata {
 
 /// What registering `meta` (then stopping) returns.
 fn register(meta: HostMetadata, api: Recording) -> (Result<(), Error>, Result<(), Error>) {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(2, madsim::Config::default());
-    rt.block_on(async move {
+    block_on_within(2, async move {
         let opts = LivenessOptions {
             request_timeout: std::time::Duration::from_millis(500),
             ..LivenessOptions::default()

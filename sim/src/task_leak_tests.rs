@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::test_fakes::NoWatch;
+use crate::test_fakes::{block_on_within, NoWatch};
 use coord::{
     BackoffConfig, Election, EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender,
     LeaseId, Revision, SessionOptions,
@@ -159,10 +159,9 @@ fn options() -> SessionOptions {
 /// it ran, and the transactions and keep-alive halves live a second
 /// after the end.
 fn run(close: bool) -> (i64, i64, i64, (i64, i64, i64)) {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(3, madsim::Config::default());
     let api = Unanswered::default();
     let seen = api.clone();
-    let during = rt.block_on(async move {
+    let during = block_on_within(3, async move {
         let Ok(election) = Election::new(api, "leaks", options()).await else {
             return None;
         };
@@ -228,13 +227,12 @@ fn abandoned_requests_are_dropped_and_a_closed_session_leaves_nothing_running() 
 /// its end arrives, so at most one is ever live.
 #[test]
 fn a_keep_alive_stream_that_keeps_ending_is_reopened_with_backoff_and_dropped() {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(3, madsim::Config::default());
     let api = Unanswered {
         short_streams: true,
         ..Unanswered::default()
     };
     let seen = api.clone();
-    let outcome = rt.block_on(async move {
+    let outcome = block_on_within(3, async move {
         let session = coord::Session::new(api, options()).await.ok()?;
         let mut most = 0;
         for _ in 0..200 {

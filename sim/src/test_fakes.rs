@@ -128,18 +128,36 @@ impl<B: Bend> EtcdApi for Bent<B> {
     }
 }
 
+/// The longest a simulator unit test may wait, in virtual time: far
+/// beyond what any of them takes (a minute at most), so that a test whose
+/// awaited future never completes (a loop that misses a wake-up, say)
+/// fails at once instead of hanging its test binary in wall-clock time
+/// while the virtual clock runs on.
+pub(crate) const TEST_LIMIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Runs `test` to its end in a fresh madsim runtime seeded with `seed`.
+/// Panics if it has not ended after [`TEST_LIMIT`] of virtual time.
+pub(crate) fn block_on_within<T>(seed: u64, test: impl Future<Output = T>) -> T {
+    let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    rt.block_on(async move {
+        match madsim::time::timeout(TEST_LIMIT, test).await {
+            Ok(out) => out,
+            Err(_) => panic!("the test still waited after {TEST_LIMIT:?} of virtual time"),
+        }
+    })
+}
+
 /// Runs `test` in a madsim runtime seeded with `seed`, on a client node
 /// of its own beside a simulated etcd (see [`simulated_etcd`]), and
 /// returns what it returns; `test` gets etcd's address and the time it
-/// started.
+/// started. Panics as [`block_on_within`] does.
 pub(crate) fn run_beside_etcd<T, F, Fut>(seed: u64, test: F) -> Result<T, String>
 where
     F: FnOnce(SocketAddr, Instant) -> Fut,
     Fut: Future<Output = Result<T, String>> + Send + 'static,
     T: Send + 'static,
 {
-    let rt = madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
-    rt.block_on(async move {
+    block_on_within(seed, async move {
         let (etcd_addr, start) = simulated_etcd().await?;
         let client = Handle::current()
             .create_node()
