@@ -47,6 +47,9 @@ use crate::schedule::{Case, Direction, Fault};
 pub enum Invariant {
     /// A host reported a lease its key is not attached to.
     LeaseMatches,
+    /// A host's `lease_id()` disagreed with its `state()`: it names the
+    /// lease while `Registered`, and nothing otherwise.
+    LeaseIdAgrees,
     /// A host was not registered within the bound after the heal.
     BackAfterHeal,
     /// A host took longer to register again than the path that cleared
@@ -273,6 +276,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
         heal_times(&Healers::sessions(case, history), history, &mut v);
     }
     liveness_records(history, &mut v);
+    lease_id_agrees(history, &mut v);
     crate::watcher_checker::watchers(history, case.ttls.len(), heal_at, stop_all_at, &mut v);
     if !case.contenders.is_empty() {
         crate::election_checker::check(case, history, &mut v);
@@ -417,6 +421,30 @@ pub(crate) fn lease_log(history: &History) -> Option<&BTreeMap<i64, crate::histo
 /// held; a resume is exactly a re-registration under the lease just lost;
 /// a loss because the lease expired, and a confirmed revoke on close, come
 /// after etcd really ended that lease.
+/// Every `lease_id()` read names the lease of the `state()` read with it.
+/// (`state()` is held to etcd's truth by the lease-match invariant.)
+fn lease_id_agrees(history: &History, v: &mut Verdict) {
+    for r in &history.records {
+        let What::LeaseIdRead {
+            host,
+            lease_id,
+            state_lease,
+        } = &r.what
+        else {
+            continue;
+        };
+        v.checks += 1;
+        if lease_id != state_lease {
+            v.violate(
+                Invariant::LeaseIdAgrees,
+                r.at_ms,
+                Some(*host),
+                format!("lease_id() is {lease_id:?} while state() holds lease {state_lease:?}"),
+            );
+        }
+    }
+}
+
 fn liveness_records(history: &History, v: &mut Verdict) {
     let Some(log) = lease_log(history) else {
         return;

@@ -436,7 +436,18 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
         tokio::select! {
             biased;
             ev = events.recv() => match ev {
-                Ok(event) => w.record(What::Event { host: i, incarnation, event }),
+                Ok(event) => {
+                    w.record(What::Event { host: i, incarnation, event });
+                    let state_lease = match &*host.state().borrow() {
+                        LivenessStatus::Registered { lease } => Some(lease.0),
+                        _ => None,
+                    };
+                    w.record(What::LeaseIdRead {
+                        host: i,
+                        lease_id: host.lease_id().map(|l| l.0),
+                        state_lease,
+                    });
+                }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
                     w.record(What::EventsLagged { host: i });
                 }

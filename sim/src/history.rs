@@ -68,6 +68,16 @@ pub enum What {
         /// The event.
         event: LivenessEvent,
     },
+    /// What a host's handle said of its lease when it took an event:
+    /// `lease_id()`, and the lease of `state()` read at the same instant.
+    LeaseIdRead {
+        /// Host index.
+        host: usize,
+        /// `lease_id()`.
+        lease_id: Option<i64>,
+        /// The lease of `state()` if it is `Registered`.
+        state_lease: Option<i64>,
+    },
     /// A host's event subscription lagged: some of its events were lost to
     /// the recorder.
     EventsLagged {
