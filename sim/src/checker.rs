@@ -415,12 +415,6 @@ pub(crate) fn lease_log(history: &History) -> Option<&BTreeMap<i64, crate::histo
     })
 }
 
-/// Every field of every host event against etcd's lease log: a
-/// registration names a lease etcd granted to that very process, with the
-/// TTL etcd granted; an interruption or loss names the lease the host
-/// held; a resume is exactly a re-registration under the lease just lost;
-/// a loss because the lease expired, and a confirmed revoke on close, come
-/// after etcd really ended that lease.
 /// Every `lease_id()` read names the lease of the `state()` read with it.
 /// (`state()` is held to etcd's truth by the lease-match invariant.)
 fn lease_id_agrees(history: &History, v: &mut Verdict) {
@@ -445,6 +439,12 @@ fn lease_id_agrees(history: &History, v: &mut Verdict) {
     }
 }
 
+/// Every field of every host event against etcd's lease log: a
+/// registration names a lease etcd granted to that very process, with the
+/// TTL etcd granted; an interruption or loss names the lease the host
+/// held; a resume is exactly a re-registration under the lease just lost;
+/// a loss because the lease expired, and a confirmed revoke on close, come
+/// after etcd really ended that lease.
 fn liveness_records(history: &History, v: &mut Verdict) {
     let Some(log) = lease_log(history) else {
         return;

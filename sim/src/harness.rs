@@ -431,14 +431,15 @@ async fn agent<W: Wrap>(w: World, wrap: W, i: usize, ttl: u64, seed: u64) {
         }
     };
     let mut events = host.subscribe();
-    fleet(&w.fleet).hosts[i].status = Some(host.state());
+    let status = host.state();
+    fleet(&w.fleet).hosts[i].status = Some(status.clone());
     loop {
         tokio::select! {
             biased;
             ev = events.recv() => match ev {
                 Ok(event) => {
                     w.record(What::Event { host: i, incarnation, event });
-                    let state_lease = match &*host.state().borrow() {
+                    let state_lease = match &*status.borrow() {
                         LivenessStatus::Registered { lease } => Some(lease.0),
                         _ => None,
                     };
