@@ -211,15 +211,21 @@ fn unix_now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// FNV-1a of the host id mixed with the start time: distinct per host and
-/// per run, so a fleet restarted together still jitters apart.
+/// The jitter seed of a host given none: [`seed_of`] the host id at the
+/// current wall-clock time, so it differs per host and per run.
 pub(crate) fn default_seed(host_id: &str) -> u64 {
+    seed_of(host_id, unix_now_ns())
+}
+
+/// FNV-1a of the host id mixed with a start time: distinct per host and
+/// per start, so a fleet restarted together still jitters apart.
+fn seed_of(host_id: &str, started_ns: i64) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in host_id.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h ^ unix_now_ns().unsigned_abs()
+    h ^ started_ns.unsigned_abs()
 }
 
 /// The liveness loop's side of the handle: the state and events it
@@ -302,6 +308,7 @@ impl LivenessOptions {
 mod tests {
     use super::*;
     use coord_core::lease::ConfigError;
+    use std::collections::BTreeSet;
 
     #[test]
     fn options_are_checked_as_register_checks_them() {
@@ -329,6 +336,26 @@ mod tests {
             refresh.validate(),
             Err(Error::InvalidOptions(ConfigError::RefreshOutOfRange { .. }))
         ));
+    }
+
+    #[test]
+    fn the_host_part_of_a_seed_is_fnv1a_of_the_host_id() {
+        // FNV-1a 64 test vectors (Fowler, Noll, Vo).
+        assert_eq!(seed_of("", 0), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(seed_of("a", 0), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(seed_of("foobar", 0), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn seeds_differ_between_hosts_and_between_starts() {
+        let start = 1_764_600_000_000_000_000;
+        let hosts: BTreeSet<u64> = (0..1000)
+            .map(|i| seed_of(&format!("host-{i}"), start))
+            .collect();
+        assert_eq!(hosts.len(), 1000, "two hosts drew one seed");
+        let starts: BTreeSet<u64> = (0..1000).map(|t| seed_of("host-7", start + t)).collect();
+        assert_eq!(starts.len(), 1000, "two starts of a host drew one seed");
+        assert_ne!(default_seed("host-1"), default_seed("host-2"));
     }
 
     #[test]

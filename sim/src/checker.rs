@@ -50,6 +50,9 @@ pub enum Invariant {
     /// A host's `lease_id()` disagreed with its `state()`: it names the
     /// lease while `Registered`, and nothing otherwise.
     LeaseIdAgrees,
+    /// A host's `state()` showed it `Registered` under a lease that none
+    /// of its `Registered` or `Reregistered` events named.
+    StatesAnnounced,
     /// A host was not registered within the bound after the heal.
     BackAfterHeal,
     /// A host took longer to register again than the path that cleared
@@ -277,6 +280,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     }
     liveness_records(history, &mut v);
     lease_id_agrees(history, &mut v);
+    states_announced(history, &samples, &mut v);
     crate::watcher_checker::watchers(history, case.ttls.len(), heal_at, stop_all_at, &mut v);
     if !case.contenders.is_empty() {
         crate::election_checker::check(case, history, &mut v);
@@ -434,6 +438,88 @@ fn lease_id_agrees(history: &History, v: &mut Verdict) {
                 r.at_ms,
                 Some(*host),
                 format!("lease_id() is {lease_id:?} while state() holds lease {state_lease:?}"),
+            );
+        }
+    }
+}
+
+/// Every lease a host's `state()` showed as `Registered` was announced by
+/// one of its `Registered` or `Reregistered` events: a subscriber learns
+/// every lease the host holds. A host publishes the event before the
+/// state, and its recorder takes events at the instant they are sent, so
+/// only two things excuse a lease no event named: the host's subscription
+/// lagged (events were lost to the recorder), or the host crashed before
+/// its recorder could run after the state appeared (at that instant, or
+/// while paused).
+fn states_announced(history: &History, samples: &[(u64, &Vec<HostSample>)], v: &mut Verdict) {
+    let mut announced: BTreeSet<(usize, i64)> = BTreeSet::new();
+    let mut lagged: BTreeSet<usize> = BTreeSet::new();
+    // Per host: its crashes, and its pauses as [start, resumed).
+    let mut crashes: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    let mut paused_at: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut pauses: BTreeMap<usize, Vec<(u64, u64)>> = BTreeMap::new();
+    for r in &history.records {
+        match &r.what {
+            What::Event {
+                host,
+                event:
+                    LivenessEvent::Registered { lease, .. } | LivenessEvent::Reregistered { lease, .. },
+                ..
+            } => {
+                announced.insert((*host, lease.0));
+            }
+            What::EventsLagged { host } => {
+                lagged.insert(*host);
+            }
+            What::Fault(Fault::Crash { host, .. }) => {
+                crashes.entry(*host).or_default().push(r.at_ms);
+            }
+            What::Fault(Fault::Pause { host, .. }) => {
+                paused_at.insert(*host, r.at_ms);
+            }
+            What::Resumed { host } => {
+                if let Some(from) = paused_at.remove(host) {
+                    pauses.entry(*host).or_default().push((from, r.at_ms));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (host, from) in paused_at {
+        pauses.entry(host).or_default().push((from, u64::MAX));
+    }
+    // The first sighting of each (host, lease) no event named.
+    let mut unannounced: BTreeMap<(usize, i64), u64> = BTreeMap::new();
+    for (at, hosts) in samples {
+        for (i, s) in hosts.iter().enumerate() {
+            if s.condition == Condition::Crashed || lagged.contains(&i) {
+                continue;
+            }
+            let Some(LivenessStatus::Registered { lease }) = &s.status else {
+                continue;
+            };
+            v.checks += 1;
+            if !announced.contains(&(i, lease.0)) {
+                unannounced.entry((i, lease.0)).or_insert(*at);
+            }
+        }
+    }
+    for ((host, lease), seen) in unannounced {
+        // The recorder could run from `seen` on, or from the end of the
+        // pause `seen` falls in.
+        let runs_from = pauses
+            .get(&host)
+            .and_then(|p| p.iter().find(|(from, to)| (*from..*to).contains(&seen)))
+            .map_or(seen, |(_, to)| *to);
+        let crashed_first = crashes
+            .get(&host)
+            .is_some_and(|c| c.iter().any(|at| (seen..=runs_from).contains(at)));
+        if !crashed_first {
+            v.violate(
+                Invariant::StatesAnnounced,
+                seen,
+                Some(host),
+                format!("state() showed Registered under lease {lease:x}, which no event named"),
             );
         }
     }
@@ -1271,3 +1357,7 @@ fn peak_in(times: &[u64], window_ms: u64) -> Option<u64> {
     }
     u64::try_from(peak).ok()
 }
+
+#[cfg(test)]
+#[path = "checker_tests.rs"]
+mod tests;

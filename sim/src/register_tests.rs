@@ -1,7 +1,8 @@
 //! What `HostLiveness::register` writes: the metadata it was given, with
-//! `started_at_unix_ns` filled in only when it was 0; metadata up to
-//! `MAX_METADATA_LEN` bytes of JSON and not a byte more; and what `stop`
-//! reports when etcd does not confirm the revoke.
+//! `started_at_unix_ns` filled in from the wall clock only when it was 0;
+//! metadata up to `MAX_METADATA_LEN` bytes of JSON and not a byte more;
+//! the key its handle names; and what `stop` reports when etcd does not
+//! confirm the revoke.
 
 use std::sync::{Arc, Mutex};
 
@@ -94,8 +95,24 @@ impl EtcdApi for Recording {
     }
 }
 
-/// The `started_at_unix_ns` that registering with `given` writes.
-fn written_started_at(given: i64) -> i64 {
+/// What registering host `h1` with `started_at_unix_ns` = `given` did.
+struct Written {
+    /// The `started_at_unix_ns` written.
+    started_at: i64,
+    /// The wall clock (ns since the epoch) just before and just after.
+    clock: (i64, i64),
+    /// What the handle's `key()` said.
+    key: String,
+}
+
+fn wall_clock_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Registers host `h1` with the start time `given`, then stops it.
+fn register_h1(given: i64) -> Written {
     let api = Recording::default();
     let puts = Arc::clone(&api.puts);
     let registered = block_on_within(2, async move {
@@ -103,13 +120,18 @@ fn written_started_at(given: i64) -> i64 {
             started_at_unix_ns: given,
             ..HostMetadata::new("h1", "h1.example")
         };
+        let before = wall_clock_ns();
         let Ok(host) = HostLiveness::register(api, meta, LivenessOptions::default()).await else {
-            return false;
+            return None;
         };
+        let after = wall_clock_ns();
+        let key = host.key().to_string();
         let _ = host.stop().await;
-        true
+        Some(((before, after), key))
     });
-    assert!(registered, "the registration failed");
+    let Some((clock, key)) = registered else {
+        panic!("the registration failed");
+    };
     let puts = lock(&puts).clone();
     let Some(first) = puts.first() else {
         panic!("nothing was written");
@@ -120,13 +142,29 @@ fn written_started_at(given: i64) -> i64 {
     };
     assert_eq!(written.host_uuid, "h1");
     assert_eq!(written.hostname, "h1.example");
-    written.started_at_unix_ns
+    Written {
+        started_at: written.started_at_unix_ns,
+        clock,
+        key,
+    }
 }
 
 #[test]
-fn a_given_start_time_is_written_as_given_and_zero_is_filled_in() {
-    assert_eq!(written_started_at(12_345), 12_345);
-    assert_ne!(written_started_at(0), 0, "a start time of 0 was not filled");
+fn a_given_start_time_is_written_as_given_and_zero_is_filled_in_from_the_clock() {
+    assert_eq!(register_h1(12_345).started_at, 12_345);
+    let filled = register_h1(0);
+    let (before, after) = filled.clock;
+    assert!(before > 0, "the wall clock reads {before}");
+    assert!(
+        (before..=after).contains(&filled.started_at),
+        "a start time of 0 was filled with {}, not the time of registering ({before}..={after})",
+        filled.started_at
+    );
+}
+
+#[test]
+fn the_handle_names_its_key() {
+    assert_eq!(register_h1(1).key, "/coord/hosts/h1");
 }
 
 /// Metadata whose JSON is exactly `len` bytes.
