@@ -1,15 +1,15 @@
 //! What `HostLiveness::register` writes: the metadata it was given, with
 //! `started_at_unix_ns` filled in from the wall clock only when it was 0;
 //! metadata up to `MAX_METADATA_LEN` (1 MiB) of JSON and not a byte more;
-//! the key its handle names; and what `stop` reports when etcd does not
-//! confirm the revoke.
+//! the key its handle names; what `stop` reports when etcd does not
+//! confirm the revoke; and what a handle dropped without `stop` leaves.
 
 use std::sync::{Arc, Mutex};
 
 use crate::test_fakes::{block_on_within, lock, NoWatch};
 use coord::{
     Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
-    KeepAliveSender, LeaseId, LivenessOptions, Revision,
+    KeepAliveSender, LeaseId, LivenessOptions, LivenessStatus, Revision,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use coord_core::ClusterId;
@@ -21,6 +21,8 @@ use tokio::sync::mpsc;
 #[derive(Clone, Default)]
 struct Recording {
     puts: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// Revokes asked for.
+    revokes: Arc<Mutex<u32>>,
     /// When set, every revoke fails (etcd unreachable).
     revokes_fail: bool,
 }
@@ -82,6 +84,7 @@ impl EtcdApi for Recording {
         })
     }
     async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+        *lock(&self.revokes) += 1;
         if self.revokes_fail {
             return Err(EtcdError::Unavailable("unreachable".into()));
         }
@@ -227,4 +230,24 @@ fn stop_reports_a_revoke_etcd_did_not_confirm() {
         matches!(stopped, Err(Error::RevokeNotConfirmed { .. })),
         "{stopped:?}"
     );
+}
+
+#[test]
+fn a_dropped_handle_says_abandoned_and_leaves_its_lease_to_expire() {
+    let api = Recording::default();
+    let revokes = Arc::clone(&api.revokes);
+    let last = block_on_within(3, async move {
+        let meta = HostMetadata::new("h1", "h1.example");
+        let host = HostLiveness::register(api, meta, LivenessOptions::default())
+            .await
+            .ok()?;
+        let mut state = host.state();
+        drop(host);
+        // The background task ends, and its side of the state with it.
+        while state.changed().await.is_ok() {}
+        let last = state.borrow().clone();
+        Some(last)
+    });
+    assert_eq!(last, Some(LivenessStatus::Abandoned));
+    assert_eq!(*lock(&revokes), 0, "a dropped handle revoked its lease");
 }
