@@ -820,7 +820,6 @@ impl Contender {
             request_timeout: self.config.request_timeout,
             probe_interval: self.config.probe_interval,
             backoff: self.config.backoff.clone(),
-            seed: self.config.seed,
             ..MirrorConfig::new(self.name.clone(), self.config.seed)
         }
     }

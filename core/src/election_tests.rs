@@ -701,3 +701,52 @@ fn a_try_still_joining_when_the_lease_is_lost_fails_it_is_one_round_trip() {
         }]
     );
 }
+
+#[test]
+fn a_campaign_watches_its_queue_on_the_sessions_timeouts_and_backoff() {
+    // None is the default: a 2 s request timeout, a quiet stream probed
+    // after 1 s, and plain pacing from 700 ms (a first retry exactly
+    // 700 ms after the failure).
+    let mut c = config();
+    c.probe_interval = Duration::from_secs(1);
+    c.backoff = crate::backoff::BackoffConfig {
+        initial: Duration::from_millis(700),
+        ..crate::backoff::BackoffConfig::plain()
+    };
+    let queued = |c: SessionConfig| {
+        let mut s = session_with(c);
+        let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+        let queue = vec![kv(LeaseId(0x10), "a", 5), kv(LEASE, "me", 20)];
+        io(&mut s, 11, joined(op, true, queue, 30));
+        let (stream, _) = the_watch(&drain(&mut s));
+        (s, stream)
+    };
+    // Confirmed, the stream is probed once quiet for the probe interval
+    // (before the lease's next keep-alive, 3 s after t=3).
+    let (mut s, stream) = queued(c.clone());
+    io(
+        &mut s,
+        12,
+        Completion::WatchMessage {
+            cluster: crate::ClusterId::default(),
+            stream,
+            kind: crate::io::MessageKind::Created,
+            events: Vec::new(),
+            revision: Revision(30),
+        },
+    );
+    let _ = drain(&mut s);
+    assert_eq!(s.poll_timeout(), Some(t(1012)));
+    let (mut s, stream) = queued(c);
+    // The watch's creation must be confirmed within the request timeout
+    // (the lease's next keep-alive is later: refresh 3 s after t=3).
+    assert_eq!(s.poll_timeout(), Some(t(2011)));
+    s.handle(t(2011), Input::Timeout).unwrap();
+    let out = drain(&mut s);
+    assert!(
+        commands(&out).contains(&Command::CancelWatch { stream }),
+        "{out:?}"
+    );
+    // Unconfirmed: retried after the session's backoff.
+    assert_eq!(s.poll_timeout(), Some(t(2711)));
+}

@@ -85,7 +85,12 @@ fn config() -> SessionConfig {
 
 /// A session holding LEASE at t=3 (ops 1: grant, 2: keep-alive stream).
 fn session() -> Session {
-    let mut s = Session::new(config()).unwrap();
+    session_with(config())
+}
+
+/// [`session`] on `config`.
+fn session_with(config: SessionConfig) -> Session {
+    let mut s = Session::new(config).unwrap();
     s.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut s);
     io(
