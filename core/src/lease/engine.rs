@@ -205,21 +205,27 @@ impl LeaseEngine {
             State::Registering { deadline, .. } => Some(*deadline),
             State::Held {
                 link, next_send, ..
-            } => Some(match link {
-                Link::Up(s) => {
-                    let silent_at = s.silent_at(self.config.request_timeout);
-                    (*next_send)
-                        .min(s.expires_at)
-                        .min(silent_at.unwrap_or(s.expires_at))
-                }
-                Link::Down {
-                    retry_at,
-                    expires_at,
-                    ..
-                } => (*retry_at).min(*expires_at),
-            }),
+            } => Some(self.held_deadline(link, *next_send)),
             State::Waiting { next_at, .. } => Some(*next_at),
             State::Closing(closing) => Some(closing.next_deadline()),
+        }
+    }
+
+    /// The first of a held lease's timers: a keep-alive to send, a reply
+    /// awaited for a request timeout, a retry of the stream, the deadline.
+    fn held_deadline(&self, link: &Link, next_send: Instant) -> Instant {
+        match link {
+            Link::Up(s) => {
+                let silent_at = s.silent_at(self.config.request_timeout);
+                next_send
+                    .min(s.expires_at)
+                    .min(silent_at.unwrap_or(s.expires_at))
+            }
+            Link::Down {
+                retry_at,
+                expires_at,
+                ..
+            } => (*retry_at).min(*expires_at),
         }
     }
 
@@ -445,7 +451,6 @@ impl LeaseEngine {
         let timeout = self.config.request_timeout;
         self.orphans.tick(&mut self.out, now, timeout, None);
         self.late.tick(&mut self.out, now);
-        let soonest = self.state_deadline();
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Registering {
                 op,
@@ -470,7 +475,10 @@ impl LeaseEngine {
                 lease,
                 link,
                 next_send,
-            } => self.held_timeout(now, lease, link, next_send, soonest),
+            } => {
+                let soonest = self.held_deadline(&link, next_send);
+                self.held_timeout(now, lease, link, next_send, soonest)
+            }
             State::Waiting { next_at, next } if now >= next_at => match next {
                 Next::Resume(lease) => self.begin_open(now, lease, Attempt::Resume),
                 Next::First => self.begin_grant(now, Attempt::First),

@@ -24,15 +24,16 @@ impl LeaseEngine {
         };
     }
 
-    /// The held lease's timers, `soonest` being the first of them as they
-    /// were before this timeout.
+    /// The held lease's timers, `soonest` being the first of them
+    /// ([`held_deadline`](Self::held_deadline)) as they were before this
+    /// timeout.
     pub(super) fn held_timeout(
         &mut self,
         now: Instant,
         lease: Lease,
         link: Link,
         next_send: Instant,
-        soonest: Option<Instant>,
+        soonest: Instant,
     ) {
         match link {
             link if now >= link.expires_at() => {
@@ -45,7 +46,6 @@ impl LeaseEngine {
                 // it was still healing from) say nothing of etcd now. The
                 // heal starts from the first attempt, as after a restart;
                 // failures that follow grow the delay again.
-                let soonest = soonest.unwrap_or_else(|| link.expires_at());
                 let overslept = now >= soonest + OVERSLEPT;
                 let (reason, pace) = match link {
                     Link::Up(s) => {
