@@ -724,17 +724,7 @@ fn a_campaign_watches_its_queue_on_the_sessions_timeouts_and_backoff() {
     // Confirmed, the stream is probed once quiet for the probe interval
     // (before the lease's next keep-alive, 3 s after t=3).
     let (mut s, stream) = queued(c.clone());
-    io(
-        &mut s,
-        12,
-        Completion::WatchMessage {
-            cluster: crate::ClusterId::default(),
-            stream,
-            kind: crate::io::MessageKind::Created,
-            events: Vec::new(),
-            revision: Revision(30),
-        },
-    );
+    io(&mut s, 12, created(stream, 30));
     let _ = drain(&mut s);
     assert_eq!(s.poll_timeout(), Some(t(1012)));
     let (mut s, stream) = queued(c);

@@ -218,6 +218,17 @@ fn the_watch(out: &[Output]) -> (OpId, Revision) {
         .expect("a watch of the queue")
 }
 
+/// The creation of watch `stream` at `revision`.
+fn created(stream: OpId, revision: i64) -> Completion {
+    Completion::WatchMessage {
+        cluster: crate::ClusterId::default(),
+        stream,
+        kind: crate::io::MessageKind::Created,
+        events: Vec::new(),
+        revision: Revision(revision),
+    }
+}
+
 fn deleted(stream: OpId, kv: KeyValue, revision: i64) -> Completion {
     Completion::WatchMessage {
         cluster: crate::ClusterId::default(),

@@ -247,17 +247,22 @@ fn healthy(s: &HostSample) -> bool {
     }
 }
 
-/// Checks every invariant over `history` of `case`.
-pub fn check(case: &Case, history: &History) -> Verdict {
-    let mut v = Verdict::default();
-    let samples: Vec<(u64, &Vec<HostSample>)> = history
+/// Every sample of the hosts in `history`, with its time.
+fn host_samples(history: &History) -> Vec<(u64, &Vec<HostSample>)> {
+    history
         .records
         .iter()
         .filter_map(|r| match &r.what {
             What::Sample(s) => Some((r.at_ms, s)),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Checks every invariant over `history` of `case`.
+pub fn check(case: &Case, history: &History) -> Verdict {
+    let mut v = Verdict::default();
+    let samples = host_samples(history);
     let at_of = |pred: &dyn Fn(&What) -> bool| {
         history
             .records

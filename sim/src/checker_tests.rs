@@ -38,16 +38,8 @@ fn announced(at_ms: u64, lease: i64) -> Record {
 /// The `StatesAnnounced` violations of `records`.
 fn unannounced(records: Vec<Record>) -> Vec<(u64, Option<usize>)> {
     let history = History { records };
-    let samples: Vec<(u64, &Vec<HostSample>)> = history
-        .records
-        .iter()
-        .filter_map(|r| match &r.what {
-            What::Sample(s) => Some((r.at_ms, s)),
-            _ => None,
-        })
-        .collect();
     let mut v = Verdict::default();
-    states_announced(&history, &samples, &mut v);
+    states_announced(&history, &host_samples(&history), &mut v);
     v.violations
         .iter()
         .filter(|x| x.invariant == Invariant::StatesAnnounced)
