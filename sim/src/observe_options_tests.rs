@@ -2,7 +2,8 @@
 //! is given (not coord's defaults): against an etcd whose watch streams
 //! go quiet after `Created` and never answer a progress request, the
 //! observer gives its stream up after the probe interval plus the request
-//! timeout, and watches again after a first-attempt backoff.
+//! timeout, and watches again after a first-attempt backoff. A closed
+//! observer ends its observations and says so.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,4 +126,31 @@ fn an_observer_runs_on_the_timeouts_and_backoff_it_is_given() {
         gap >= Duration::from_millis(2900) && gap <= Duration::from_millis(4700),
         "watched again {gap:?} after the first watch (due after 3-4.5 s)"
     );
+}
+
+#[test]
+fn a_closed_observer_ends_its_observations_and_says_closed() {
+    let (first, after_close, status) = block_on_within(2, async move {
+        let api = QuietStreams {
+            watches: Arc::default(),
+        };
+        let Ok(mut observe) = coord::Observe::start(api, "closing") else {
+            panic!("a good name was refused");
+        };
+        let first = observe.next().await;
+        observe.close();
+        // Nothing else comes: the stream stays quiet, so only the close
+        // can end the observations (the test gives up after an hour of
+        // virtual time otherwise).
+        let after_close = observe.next().await;
+        let status = observe.status().borrow().clone();
+        (first, after_close, status)
+    });
+    assert_eq!(
+        first.map(|o| (o.leader, o.revision)),
+        Some((None, Revision(1))),
+        "the first observation is nobody leading at the listing's revision"
+    );
+    assert_eq!(after_close, None, "observations went on after close");
+    assert_eq!(status, coord::ViewStatus::Closed);
 }
