@@ -383,7 +383,7 @@ impl Session {
             request_timeout: self.config.request_timeout,
             probe_interval: self.config.probe_interval,
             backoff: self.config.backoff.clone(),
-            seed: self.config.seed ^ id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            seed: campaign_seed(self.config.seed, id),
         };
         self.elections
             .insert(id, Contender::new(name, value, mode, config));
@@ -505,6 +505,13 @@ fn ends_op(c: &Completion) -> bool {
 pub const CAMPAIGN_OPS: u64 = 1 << SLOT_SHIFT;
 
 crate::machine::impl_machine!(Session, Input, Event);
+
+/// The jitter seed of campaign `id` on a session seeded `seed`: one of its
+/// own per campaign, so that a pool's campaigns do not retry in step, and
+/// as distinct between sessions as their seeds are.
+fn campaign_seed(seed: u64, id: ElectionId) -> u64 {
+    seed ^ id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
 
 #[cfg(test)]
 #[path = "session_tests.rs"]

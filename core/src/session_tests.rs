@@ -443,3 +443,31 @@ fn a_join_sent_in_a_silence_is_given_up_when_etcd_returns_and_retried_soon() {
     .unwrap();
     assert!(!commands(&drain(&mut s)).contains(&Command::Abandon { op: again }));
 }
+
+#[test]
+fn campaigns_draw_seeds_of_their_own_as_distinct_as_their_sessions() {
+    use std::collections::BTreeSet;
+    let by_id: BTreeSet<u64> = (1..=1000)
+        .map(|id| campaign_seed(7, ElectionId(id)))
+        .collect();
+    assert_eq!(
+        by_id.len(),
+        1000,
+        "two campaigns of a session drew one seed"
+    );
+    let by_session: BTreeSet<u64> = (0..1000)
+        .map(|seed| campaign_seed(seed, ElectionId(1)))
+        .collect();
+    assert_eq!(
+        by_session.len(),
+        1000,
+        "two sessions' first campaigns drew one seed"
+    );
+    for seed in [0, 7, u64::MAX] {
+        assert_ne!(
+            campaign_seed(seed, ElectionId(1)),
+            seed,
+            "a campaign shares its session's seed"
+        );
+    }
+}

@@ -79,7 +79,7 @@ impl Observe {
             probe_interval,
             backoff,
             start: StartPolicy::Retry,
-            ..MirrorConfig::new(prefix, seed ^ 0x0b5e_77e5)
+            ..MirrorConfig::new(prefix, observer_seed(seed))
         };
         let (events_tx, events) = mpsc::unbounded_channel();
         let (close, close_rx) = mpsc::unbounded_channel();
@@ -133,6 +133,13 @@ impl Observe {
     pub fn close(&self) {
         let _ = self.close.send(());
     }
+}
+
+/// The jitter seed of an observer on a session seeded `seed`: its own, so
+/// that it does not retry in step with the session, and as distinct
+/// between processes as their seeds are.
+fn observer_seed(seed: u64) -> u64 {
+    seed ^ 0x0b5e_77e5
 }
 
 /// What an observer saw of the leadership, for the failover metric.
@@ -195,5 +202,24 @@ impl Host<Observer> for ObserveHost {
 
     fn ended(&mut self, _machine: &Observer) {
         self.status.send_replace(ViewStatus::Closed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::observer_seed;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn observers_draw_seeds_of_their_own_as_distinct_as_their_sessions() {
+        let seeds: BTreeSet<u64> = (0..1000).map(observer_seed).collect();
+        assert_eq!(seeds.len(), 1000, "two sessions' observers drew one seed");
+        for seed in [0, 1, 7, u64::MAX, 0x0b5e_77e5] {
+            assert_ne!(
+                observer_seed(seed),
+                seed,
+                "an observer shares its session's seed"
+            );
+        }
     }
 }
