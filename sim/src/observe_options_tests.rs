@@ -2,8 +2,9 @@
 //! is given (not coord's defaults): against an etcd whose watch streams
 //! go quiet after `Created` and never answer a progress request, the
 //! observer gives its stream up after the probe interval plus the request
-//! timeout, and watches again after a first-attempt backoff. A closed
-//! observer ends its observations and says so.
+//! timeout, and watches again after a first-attempt backoff. Its status
+//! follows it; a closed observer ends its observations and says so, and
+//! so does a dropped one.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -138,6 +139,17 @@ fn a_closed_observer_ends_its_observations_and_says_closed() {
             panic!("a good name was refused");
         };
         let first = observe.next().await;
+        // Its status follows the machine: watching once the stream is
+        // created (the test gives up after an hour of virtual time if it
+        // never says so).
+        let mut watching = observe.status();
+        let _ = watching
+            .wait_for(|s| {
+                *s == coord::ViewStatus::Watching {
+                    revision: Revision(1),
+                }
+            })
+            .await;
         observe.close();
         // Nothing else comes: the stream stays quiet, so only the close
         // can end the observations (the test gives up after an hour of
@@ -153,4 +165,24 @@ fn a_closed_observer_ends_its_observations_and_says_closed() {
     );
     assert_eq!(after_close, None, "observations went on after close");
     assert_eq!(status, coord::ViewStatus::Closed);
+}
+
+#[test]
+fn a_dropped_observer_says_closed() {
+    let last = block_on_within(3, async move {
+        let api = QuietStreams {
+            watches: Arc::default(),
+        };
+        let Ok(mut observe) = coord::Observe::start(api, "dropping") else {
+            panic!("a good name was refused");
+        };
+        let _ = observe.next().await;
+        let mut status = observe.status();
+        drop(observe);
+        // The loop ends, and its side of the status with it.
+        while status.changed().await.is_ok() {}
+        let last = status.borrow().clone();
+        last
+    });
+    assert_eq!(last, coord::ViewStatus::Closed);
 }
