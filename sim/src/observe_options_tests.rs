@@ -129,15 +129,22 @@ fn an_observer_runs_on_the_timeouts_and_backoff_it_is_given() {
     );
 }
 
+/// An observer of `name` on streams that go quiet after `Created`, with
+/// coord's default options.
+fn quiet_observer(name: &str) -> coord::Observe {
+    let api = QuietStreams {
+        watches: Arc::default(),
+    };
+    match coord::Observe::start(api, name) {
+        Ok(observe) => observe,
+        Err(e) => panic!("a good name was refused: {e}"),
+    }
+}
+
 #[test]
 fn a_closed_observer_ends_its_observations_and_says_closed() {
     let (first, after_close, status) = block_on_within(2, async move {
-        let api = QuietStreams {
-            watches: Arc::default(),
-        };
-        let Ok(mut observe) = coord::Observe::start(api, "closing") else {
-            panic!("a good name was refused");
-        };
+        let mut observe = quiet_observer("closing");
         let first = observe.next().await;
         // Its status follows the machine: watching once the stream is
         // created (the test gives up after an hour of virtual time if it
@@ -170,12 +177,7 @@ fn a_closed_observer_ends_its_observations_and_says_closed() {
 #[test]
 fn a_dropped_observer_says_closed() {
     let last = block_on_within(3, async move {
-        let api = QuietStreams {
-            watches: Arc::default(),
-        };
-        let Ok(mut observe) = coord::Observe::start(api, "dropping") else {
-            panic!("a good name was refused");
-        };
+        let mut observe = quiet_observer("dropping");
         let _ = observe.next().await;
         let mut status = observe.status();
         drop(observe);
