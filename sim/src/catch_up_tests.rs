@@ -3,8 +3,9 @@
 //! stream's answer to a progress request, which came while the loop could
 //! not read it, proves the stream alive even though the answer's deadline
 //! has passed by the time the loop reads again. A loop parked in its
-//! `select!` reads the ready message before its timer branch (the first
-//! test); one that was busy past the deadline reads one ready message of
+//! `select!` reads the ready message before its timer branch, and one
+//! that wakes late reads for a while what needs a turn to be read (the
+//! first test); one that was busy past the deadline reads one ready message of
 //! every stream in its catch-up before the deadline is judged (the
 //! second); one whose consumer was behind when a deadline came reads
 //! its streams, as they yield, for a moment before judging it (the
@@ -127,31 +128,41 @@ impl EtcdApi for PausedAfterEachProbe {
     }
 }
 
+/// Each probe answered during a pause: the loop wakes past the answer's
+/// deadline with the answer ready (the first run), or readable only a
+/// turn of the runtime after it is first asked for (the second: the loop
+/// must read for a while after a late wake, not only what is ready at
+/// once). Either way the stream is kept.
 #[test]
 fn a_probe_answered_during_a_pause_keeps_the_stream() {
-    let api = PausedAfterEachProbe::default();
-    let seen = api.clone();
-    let started = block_on_within(4, async move {
-        let opts = WatcherOptions {
-            probe_interval: Duration::from_secs(1),
-            request_timeout: REQUEST_TIMEOUT,
-            seed: Some(4),
-            ..WatcherOptions::default()
+    for turn_away in [false, true] {
+        let api = PausedAfterEachProbe {
+            turn_away,
+            ..PausedAfterEachProbe::default()
         };
-        let Ok(watcher) = HostWatcher::<serde_json::Value>::new(api, opts).await else {
-            return false;
-        };
-        // Several probes, each answered during a pause.
-        madsim::time::sleep(Duration::from_secs(20)).await;
-        watcher.close().await;
-        true
-    });
-    assert!(started, "the watcher did not start");
-    assert_eq!(
-        seen.watches.load(Ordering::SeqCst),
-        1,
-        "a stream whose probes were all answered was given up"
-    );
+        let seen = api.clone();
+        let started = block_on_within(4, async move {
+            let opts = WatcherOptions {
+                probe_interval: Duration::from_secs(1),
+                request_timeout: REQUEST_TIMEOUT,
+                seed: Some(4),
+                ..WatcherOptions::default()
+            };
+            let Ok(watcher) = HostWatcher::<serde_json::Value>::new(api, opts).await else {
+                return false;
+            };
+            // Several probes, each answered during a pause.
+            madsim::time::sleep(Duration::from_secs(20)).await;
+            watcher.close().await;
+            true
+        });
+        assert!(started, "the watcher did not start");
+        assert_eq!(
+            seen.watches.load(Ordering::SeqCst),
+            1,
+            "answers a turn late: {turn_away}: a stream whose probes were all answered was given up"
+        );
+    }
 }
 
 /// How long reading the busy campaign's stream may keep the loop busy:
