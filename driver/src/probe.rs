@@ -155,6 +155,11 @@ impl Drop for Member {
     }
 }
 
+/// The prober's demand as the hub has it now: whether any loop waits.
+fn demanded(demand: &mut watch::Receiver<usize>) -> ProbeInput {
+    ProbeInput::Demand(*demand.borrow_and_update() > 0)
+}
+
 type Probe = Pin<Box<dyn std::future::Future<Output = Completion> + Send>>;
 
 /// Runs the prober until the hub is gone; tells the client each time etcd
@@ -168,10 +173,7 @@ async fn run<A: EtcdApi>(
     let clock = Clock::start();
     let mut prober = Prober::new(config);
     let mut in_flight: Option<Probe> = None;
-    prober.handle(
-        clock.now(),
-        ProbeInput::Demand(*demand.borrow_and_update() > 0),
-    );
+    prober.handle(clock.now(), demanded(&mut demand));
     loop {
         while let Some(output) = prober.poll() {
             match output {
@@ -212,7 +214,7 @@ async fn run<A: EtcdApi>(
                 if changed.is_err() {
                     return;
                 }
-                ProbeInput::Demand(*demand.borrow_and_update() > 0)
+                demanded(&mut demand)
             }
             changed = silences.changed() => {
                 if changed.is_err() {

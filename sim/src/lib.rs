@@ -37,6 +37,8 @@ pub mod model;
 pub mod observe_checker;
 #[cfg(all(madsim, test))]
 mod observe_options_tests;
+#[cfg(all(madsim, test))]
+mod probe_hub_tests;
 #[cfg(madsim)]
 pub mod process;
 #[cfg(all(madsim, test))]
