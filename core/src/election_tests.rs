@@ -740,3 +740,114 @@ fn a_campaign_watches_its_queue_on_the_sessions_timeouts_and_backoff() {
     // Unconfirmed: retried after the session's backoff.
     assert_eq!(s.poll_timeout(), Some(t(2711)));
 }
+
+/// The session's config with slow failures waited out for 10-20 s (a 20 s
+/// ceiling, equal jitter): far longer than a wait cut short by etcd's
+/// return (half the 1 s fast cap at most).
+fn slow_backoff() -> SessionConfig {
+    let mut c = config();
+    c.backoff = crate::backoff::BackoffConfig {
+        initial: Duration::from_secs(20),
+        cap: Duration::from_secs(20),
+        ..crate::backoff::BackoffConfig::default()
+    };
+    c
+}
+
+/// Steps `s` through its deadlines up to `by` (ms); true once a command
+/// `wanted` accepts is sent.
+fn sends_by(s: &mut Session, by: u64, wanted: impl Fn(&Command) -> bool) -> bool {
+    for _ in 0..1000 {
+        let Some(at) = s.poll_timeout().filter(|at| *at <= t(by)) else {
+            return false;
+        };
+        s.handle(at, Input::Timeout).unwrap();
+        if commands(&drain(s)).iter().any(&wanted) {
+            return true;
+        }
+    }
+    false
+}
+
+fn is_txn(c: &Command) -> bool {
+    matches!(c, Command::Txn { .. })
+}
+
+/// etcd found back (a probe sent at t=2050 answered at t=2100).
+fn etcd_returns(s: &mut Session) {
+    s.handle(
+        t(2100),
+        Input::Returned {
+            probe_sent: t(2050),
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn etcd_found_back_cuts_a_campaigns_waits_to_rejoin_to_leave_and_to_watch_again() {
+    // A join unanswered by its deadline (t=2010) waits 10-20 s to join
+    // again; etcd's return cuts the wait to at most 500 ms.
+    let mut s = session_with(slow_backoff());
+    let (join, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    s.handle(t(2010), Input::Timeout).unwrap();
+    assert!(commands(&drain(&mut s)).contains(&Command::Abandon { op: join }));
+    assert!(!sends_by(&mut s, 2099, is_txn), "joined again at once");
+    etcd_returns(&mut s);
+    assert!(sends_by(&mut s, 2600, is_txn), "no join by t=2600");
+
+    // A leave unanswered by its deadline (t=2012) likewise.
+    let mut s = session_with(slow_backoff());
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let (stream, _) = the_watch(&drain(&mut s));
+    io(&mut s, 11, created(stream, 20));
+    s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
+    let _ = the_txn(&drain(&mut s));
+    s.handle(t(2012), Input::Timeout).unwrap();
+    let _ = drain(&mut s);
+    assert!(!sends_by(&mut s, 2099, is_txn), "left again at once");
+    etcd_returns(&mut s);
+    assert!(sends_by(&mut s, 2600, is_txn), "no leave by t=2600");
+
+    // A queue watch never confirmed (its deadline t=2011) is watched again
+    // after 10-20 s; etcd's return cuts that wait too.
+    let mut s = session_with(slow_backoff());
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    let queue = vec![kv(LeaseId(0x10), "a", 5), kv(LEASE, "me", 20)];
+    io(&mut s, 11, joined(op, true, queue, 30));
+    let _ = the_watch(&drain(&mut s));
+    s.handle(t(2011), Input::Timeout).unwrap();
+    let _ = drain(&mut s);
+    // (It reads back its own key, then watches again.)
+    let reads_queue = |c: &Command| match c {
+        Command::Watch { key, .. } => key.0.starts_with(NAME),
+        Command::Range { request, .. } => request.get.key.0.starts_with(NAME),
+        _ => false,
+    };
+    assert!(!sends_by(&mut s, 2099, reads_queue), "read again at once");
+    etcd_returns(&mut s);
+    assert!(
+        sends_by(&mut s, 2600, reads_queue),
+        "queue not read again by t=2600"
+    );
+}
+
+#[test]
+fn a_campaign_waits_on_etcd_and_counts_silences_only_while_its_queue_is_unsettled() {
+    let mut s = session();
+    assert!(!s.awaits_etcd(), "a held lease, nothing to do");
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    assert!(s.awaits_etcd(), "joining");
+    let queue = vec![kv(LeaseId(0x10), "a", 5), kv(LEASE, "me", 20)];
+    io(&mut s, 11, joined(op, true, queue, 30));
+    let (stream, _) = the_watch(&drain(&mut s));
+    assert!(!s.awaits_etcd(), "queued, its watch on the way");
+    assert_eq!(s.silences(), 0);
+    // The watch's creation unconfirmed by its deadline: a silence, and the
+    // queue's mirror waits to watch again.
+    s.handle(t(2011), Input::Timeout).unwrap();
+    assert!(commands(&drain(&mut s)).contains(&Command::CancelWatch { stream }));
+    assert!(s.awaits_etcd(), "the queue's mirror waits to watch again");
+    assert_eq!(s.silences(), 1);
+}
