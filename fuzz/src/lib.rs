@@ -53,6 +53,31 @@ pub(crate) fn returned(ms: u16, now: coord_core::Instant) -> Option<coord_core::
         .then(|| now.saturating_sub(std::time::Duration::from_millis(u64::from(ms % 1000))))
 }
 
+/// A timeout fed before the machine's deadline (as a parent woken by a
+/// deadline of another part may feed it) changes nothing: no output, the
+/// same deadline. Checked at every advance that reaches no deadline.
+pub(crate) fn early_timeout_changes_nothing<M>(m: &mut M, now: coord_core::Instant)
+where
+    M: coord_core::Machine,
+    M::Event: std::fmt::Debug,
+{
+    let deadline = m.poll_timeout();
+    if deadline.is_some_and(|d| d <= now) {
+        return;
+    }
+    let handled = m.handle(now, M::timeout_input());
+    let out = m.poll();
+    assert!(
+        out.is_none(),
+        "a timeout at {now:?}, before the deadline {deadline:?}, gave {out:?} ({handled:?})"
+    );
+    assert_eq!(
+        m.poll_timeout(),
+        deadline,
+        "a timeout at {now:?}, before the deadline, moved it"
+    );
+}
+
 /// How far one fuzz case got, so a smoke run can check it is not vacuous.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reach {

@@ -129,6 +129,13 @@ impl Harness {
                         }
                     }
                     p.handle(now, ProbeInput::Timeout);
+                } else {
+                    // Before its deadline, a timeout changes nothing.
+                    let deadline = p.poll_timeout();
+                    p.handle(now, ProbeInput::Timeout);
+                    let out = p.poll();
+                    assert!(out.is_none(), "an early timeout gave {out:?}");
+                    assert_eq!(p.poll_timeout(), deadline, "an early timeout moved it");
                 }
             }
             Step::Answer(answer) => {

@@ -214,6 +214,8 @@ impl Harness {
                 if m.poll_timeout().is_some_and(|d| d <= now) {
                     assert_eq!(m.handle(now, Input::Timeout), Ok(()));
                     self.drain(m);
+                } else {
+                    crate::early_timeout_changes_nothing(m, now);
                 }
                 // Some advances end with a probe finding etcd back (sent a
                 // little earlier). Decoded from the advance itself, so the

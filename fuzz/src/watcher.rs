@@ -211,6 +211,8 @@ impl Harness {
                 if m.poll_timeout().is_some_and(|d| d <= now) {
                     let _ = m.handle(now, Input::Timeout);
                     self.drain(m);
+                } else {
+                    crate::early_timeout_changes_nothing(m, now);
                 }
                 // Some advances end with a probe finding etcd back (sent a
                 // little earlier). Decoded from the advance itself, so the
