@@ -388,7 +388,7 @@ impl Mirror {
         matches!(self.state, State::Closed)
     }
 
-    /// True before the first listing was applied.
+    /// True until started: nothing asked of etcd yet.
     pub fn is_idle(&self) -> bool {
         matches!(self.state, State::Idle)
     }

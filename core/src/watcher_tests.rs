@@ -400,6 +400,7 @@ fn compaction_relists_and_emits_the_difference() {
 #[test]
 fn a_silent_stream_is_probed_and_replaced() {
     let mut m = watching();
+    assert_eq!(m.silences(), 0);
     // Quiet for the probe interval: ask for progress.
     m.handle(t(10_002), Input::Timeout).unwrap();
     assert_eq!(
@@ -412,8 +413,9 @@ fn a_silent_stream_is_probed_and_replaced() {
     assert_eq!(m.poll_timeout(), Some(t(20_010)));
     m.handle(t(20_010), Input::Timeout).unwrap();
     let _ = drain(&mut m);
-    // No answer within the request timeout: broken.
+    // No answer within the request timeout: broken, a silence.
     m.handle(t(22_010), Input::Timeout).unwrap();
+    assert_eq!(m.silences(), 1);
     let out = drain(&mut m);
     assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
     assert!(matches!(
@@ -488,9 +490,14 @@ fn initial_range_failure_fails_fast_or_retries() {
     assert_eq!(m.handle(t(2), Input::Start), Err(UsageError::Closed));
 
     let mut m = Watcher::new(config(StartPolicy::Retry)).unwrap();
+    assert!(m.mirror.is_idle());
     m.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut m);
+    assert!(!m.mirror.is_idle(), "started");
+    assert_eq!(m.silences(), 0);
     m.handle(t(2000), Input::Timeout).unwrap();
+    // The first listing unanswered: a silence.
+    assert_eq!(m.silences(), 1);
     let out = drain(&mut m);
     assert_eq!(out[0], cmd(Command::Abandon { op: OpId(1) }));
     // A failing first snapshot is never silent: it says it retries.
@@ -543,6 +550,24 @@ fn bad_configs_are_refused() {
         Watcher::new(c).err(),
         Some(ConfigError::RequestTimeoutOutOfRange(_))
     ));
+    // The probe interval's limits, 10 ms and one hour, are allowed; a
+    // millisecond beyond either is not.
+    let ms = Duration::from_millis;
+    for (interval, allowed) in [
+        (ms(9), false),
+        (ms(10), true),
+        (ms(3_600_000), true),
+        (ms(3_600_001), false),
+    ] {
+        let mut c = config(StartPolicy::FailFast);
+        c.probe_interval = interval;
+        let want = if allowed {
+            None
+        } else {
+            Some(ConfigError::ProbeIntervalOutOfRange(interval))
+        };
+        assert_eq!(Watcher::new(c).err(), want, "{interval:?}");
+    }
 }
 
 #[test]
