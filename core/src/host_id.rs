@@ -56,3 +56,37 @@ pub(crate) fn first_bad_character(s: &str) -> Option<usize> {
         .find(|(_, c)| c.is_whitespace() || c.is_control())
         .map(|(at, _)| at)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_up_to_the_length_limit_are_allowed_and_unsafe_ones_refused() {
+        let longest = "h".repeat(MAX_HOST_ID_LEN);
+        assert_eq!(validate_host_id(&longest), Ok(()));
+        let over = "h".repeat(MAX_HOST_ID_LEN + 1);
+        assert_eq!(
+            validate_host_id(&over),
+            Err(HostIdError::TooLong {
+                len: MAX_HOST_ID_LEN + 1
+            })
+        );
+        assert_eq!(validate_host_id(""), Err(HostIdError::Empty));
+        assert_eq!(validate_host_id("a/b"), Err(HostIdError::Slash));
+        for dots in [".", "..", "a..b", "..a"] {
+            assert_eq!(
+                validate_host_id(dots),
+                Err(HostIdError::DotSegment),
+                "{dots}"
+            );
+        }
+        assert_eq!(
+            validate_host_id("ab\tc"),
+            Err(HostIdError::BadCharacter { at: 2 })
+        );
+        for fine in ["h1", "a.b", ".a", "a.", "host-7.example.com"] {
+            assert_eq!(validate_host_id(fine), Ok(()), "{fine}");
+        }
+    }
+}

@@ -174,6 +174,58 @@ fn misuse_and_bad_configs_are_typed_errors() {
 }
 
 #[test]
+fn every_limit_is_allowed_and_a_step_beyond_refused() {
+    let ms = Duration::from_millis;
+    let check = |change: &dyn Fn(&mut LivenessConfig), want: Option<ConfigError>| {
+        let mut c = config(StartPolicy::FailFast);
+        change(&mut c);
+        assert_eq!(c.validate().err(), want, "{c:?}");
+        assert_eq!(Liveness::new(c).err(), want);
+    };
+    // TTL: 1 s to one day.
+    check(
+        &|c| {
+            c.ttl = ms(1_000);
+            c.refresh = ms(300);
+        },
+        None,
+    );
+    check(
+        &|c| {
+            c.ttl = ms(999);
+            c.refresh = ms(10);
+        },
+        Some(ConfigError::TtlOutOfRange(ms(999))),
+    );
+    check(&|c| c.ttl = ms(86_400_000), None);
+    check(
+        &|c| c.ttl = ms(86_400_001),
+        Some(ConfigError::TtlOutOfRange(ms(86_400_001))),
+    );
+    // Refresh: 10 ms to just below the TTL.
+    check(&|c| c.refresh = ms(10), None);
+    let refresh = |refresh| ConfigError::RefreshOutOfRange {
+        refresh,
+        ttl: config(StartPolicy::FailFast).ttl,
+    };
+    check(&|c| c.refresh = ms(9), Some(refresh(ms(9))));
+    check(&|c| c.refresh = c.ttl - ms(1), None);
+    let ttl = config(StartPolicy::FailFast).ttl;
+    check(&|c| c.refresh = c.ttl, Some(refresh(ttl)));
+    // Request timeout: 10 ms to 5 minutes.
+    check(&|c| c.request_timeout = ms(10), None);
+    check(
+        &|c| c.request_timeout = ms(9),
+        Some(ConfigError::RequestTimeoutOutOfRange(ms(9))),
+    );
+    check(&|c| c.request_timeout = ms(300_000), None);
+    check(
+        &|c| c.request_timeout = ms(300_001),
+        Some(ConfigError::RequestTimeoutOutOfRange(ms(300_001))),
+    );
+}
+
+#[test]
 fn ttl_is_asked_in_whole_seconds_rounding_up() {
     let mut c = config(StartPolicy::FailFast);
     c.ttl = Duration::from_millis(2500);

@@ -566,6 +566,7 @@ fn bad_configs_are_refused() {
         } else {
             Some(ConfigError::ProbeIntervalOutOfRange(interval))
         };
+        assert_eq!(c.validate().err(), want, "{interval:?}");
         assert_eq!(Watcher::new(c).err(), want, "{interval:?}");
     }
 }
