@@ -848,6 +848,9 @@ fn a_campaign_waits_on_etcd_and_counts_silences_only_while_its_queue_is_unsettle
     // queue's mirror waits to watch again.
     s.handle(t(2011), Input::Timeout).unwrap();
     assert!(commands(&drain(&mut s)).contains(&Command::CancelWatch { stream }));
+    // Nothing more is routed to a stream given up (a pool's routes stay
+    // as many as its live requests).
+    assert!(!s.routes.contains_key(&stream));
     assert!(s.awaits_etcd(), "the queue's mirror waits to watch again");
     assert_eq!(s.silences(), 1);
 }

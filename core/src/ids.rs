@@ -73,3 +73,20 @@ impl std::fmt::Display for Key {
         write!(f, "{}", String::from_utf8_lossy(&self.0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_display_as_etcd_and_the_logs_spell_them() {
+        assert_eq!(OpId(42).to_string(), "op#42");
+        assert_eq!(LeaseId(0x694d_7a1b_2c3d).to_string(), "694d7a1b2c3d");
+        assert_eq!(ClusterId(0xcdf8_18194e3a).to_string(), "cdf818194e3a");
+        assert_eq!(
+            Key(b"/coord/hosts/h1".to_vec()).to_string(),
+            "/coord/hosts/h1"
+        );
+        assert_eq!(Key(vec![b'a', 0xff]).to_string(), "a\u{fffd}");
+    }
+}

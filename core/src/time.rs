@@ -56,3 +56,33 @@ impl std::fmt::Display for Instant {
         write!(f, "{}.{:03}s", self.0 / 1000, self.0 % 1000)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates_and_instants_display_in_seconds() {
+        let t = Instant::from_millis(1_500);
+        assert_eq!(t + Duration::from_millis(250), Instant::from_millis(1_750));
+        assert_eq!(
+            Instant::from_millis(u64::MAX - 1) + Duration::from_secs(1),
+            Instant::from_millis(u64::MAX)
+        );
+        assert_eq!(
+            t.saturating_sub(Duration::from_millis(500)),
+            Instant::from_millis(1_000)
+        );
+        assert_eq!(t.saturating_sub(Duration::from_secs(2)), Instant::ZERO);
+        assert_eq!(
+            t.saturating_since(Instant::from_millis(1_200)),
+            Duration::from_millis(300)
+        );
+        assert_eq!(
+            Instant::from_millis(1_200).saturating_since(t),
+            Duration::ZERO
+        );
+        assert_eq!(t.to_string(), "1.500s");
+        assert_eq!(Instant::from_millis(62_007).to_string(), "62.007s");
+    }
+}
