@@ -1020,18 +1020,33 @@ fn etcd_returning_breaks_a_stream_whose_keep_alive_went_out_in_the_silence() {
         "reopened at once: {out:?}"
     );
     assert!(m.awaits_etcd(), "a reopen waits on etcd");
-    // A keep-alive answered since (sent after the probe) is not touched.
-    let mut m = registered(StartPolicy::FailFast);
-    assert_eq!(fire(&mut m), 3002);
+    // A keep-alive sent after the probe, or with it (the same
+    // millisecond), is not touched.
+    for probe_sent in [3000, 3002] {
+        let mut m = registered(StartPolicy::FailFast);
+        assert_eq!(fire(&mut m), 3002);
+        let _ = drain(&mut m);
+        m.handle(
+            t(3600),
+            Input::Returned {
+                probe_sent: t(probe_sent),
+            },
+        )
+        .unwrap();
+        assert_eq!(drain(&mut m), vec![], "probe sent at {probe_sent}");
+    }
+}
+
+#[test]
+fn etcd_found_back_leaves_a_registration_sent_with_the_probe_alone() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut m);
-    m.handle(
-        t(3600),
-        Input::Returned {
-            probe_sent: t(3000),
-        },
-    )
-    .unwrap();
+    assert_eq!(m.poll_timeout(), Some(t(2000)));
+    m.handle(t(100), Input::Returned { probe_sent: t(0) })
+        .unwrap();
     assert_eq!(drain(&mut m), vec![]);
+    assert_eq!(m.poll_timeout(), Some(t(2000)), "its deadline is kept");
 }
 
 /// A registered host lost by silence whose resume attempts (reopening
@@ -1306,4 +1321,97 @@ fn the_plain_baseline_replaces_a_lost_lease_and_serves_every_wait_in_full() {
     // the loss is the seventh: 6.4 s, where coord's pacing would wait at
     // most its 1 s fast cap.
     assert_eq!(grant_at - lost_at, 6_400);
+}
+
+/// Steps `m` through its deadlines up to `by` (ms); true once it opens a
+/// keep-alive stream.
+fn reopens_by(m: &mut Liveness, by: u64) -> bool {
+    for _ in 0..100 {
+        let Some(at) = m.poll_timeout().filter(|at| *at <= t(by)) else {
+            return false;
+        };
+        m.handle(at, Input::Timeout).unwrap();
+        if drain(m)
+            .iter()
+            .any(|o| matches!(o, Output::Command(Command::OpenKeepAlive { .. })))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+/// etcd found back (a probe sent 50 ms before `at`, answered at `at`).
+fn etcd_returns_at(m: &mut Liveness, at: u64) {
+    m.handle(
+        t(at),
+        Input::Returned {
+            probe_sent: t(at - 50),
+        },
+    )
+    .unwrap();
+    let _ = drain(m);
+}
+
+#[test]
+fn etcd_found_back_cuts_a_wait_to_reopen_the_stream_or_to_heal() {
+    // Slow failures wait 10-20 s (a 20 s ceiling, equal jitter); etcd's
+    // return cuts a wait to at most half the 1 s fast cap.
+    let mut c = config(StartPolicy::FailFast);
+    c.backoff = crate::backoff::BackoffConfig {
+        initial: Duration::from_secs(20),
+        cap: Duration::from_secs(20),
+        ..crate::backoff::BackoffConfig::default()
+    };
+    let overloaded = || Failure::Overloaded("too many requests".into());
+    // The held lease's stream breaks, is reopened at once, and the new
+    // stream breaks too before proving itself (overloaded, a slow
+    // failure): the next reopen waits.
+    let mut m = registered_with(c.clone());
+    closed(&mut m, 100, 3, overloaded());
+    assert!(matches!(
+        drain(&mut m).last(),
+        Some(Output::Command(Command::OpenKeepAlive { op: OpId(4), .. }))
+    ));
+    closed(&mut m, 200, 4, overloaded());
+    let _ = drain(&mut m);
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+    assert!(!reopens_by(&mut m, 299), "reopened at once");
+    etcd_returns_at(&mut m, 300);
+    assert!(reopens_by(&mut m, 800), "no reopen by t=800");
+
+    // Lost by silence, and a resume unanswered (a timeout, slow): the
+    // heal waits.
+    let mut m = registered_with(c);
+    let lost = lose_by_silence(&mut m);
+    let mut waiting = None;
+    for _ in 0..10 {
+        let at = fire(&mut m);
+        let out = drain(&mut m);
+        if out.iter().any(|o| {
+            matches!(
+                o,
+                Output::Event(Event::Retrying(Retry {
+                    failure: Some(AttemptFailure::Timeout),
+                    ..
+                }))
+            )
+        }) {
+            waiting = Some(at);
+            break;
+        }
+    }
+    let Some(since) = waiting else {
+        panic!("no heal attempt timed out after the loss at {lost}")
+    };
+    assert!(
+        m.poll_timeout().is_some_and(|at| at >= t(since + 10_000)),
+        "a slow failure's wait"
+    );
+    etcd_returns_at(&mut m, since + 100);
+    assert!(
+        reopens_by(&mut m, since + 600),
+        "no heal attempt by {}",
+        since + 600
+    );
 }
