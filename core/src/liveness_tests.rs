@@ -1415,3 +1415,19 @@ fn etcd_found_back_cuts_a_wait_to_reopen_the_stream_or_to_heal() {
         since + 600
     );
 }
+
+#[test]
+fn a_registered_lease_says_until_when_it_lives_and_counts_its_silences() {
+    let mut m = registered(StartPolicy::FailFast);
+    assert!(!m.is_closed());
+    // The first keep-alive went out with the stream's opening at t=2 and
+    // was answered with a TTL of 9 s.
+    assert_eq!(m.expires_at(), Some(t(9_002)));
+    assert_eq!(m.silences(), 0);
+    assert_eq!(fire(&mut m), 3002);
+    let _ = drain(&mut m);
+    assert_eq!(m.silences(), 0, "sent, not yet due");
+    assert_eq!(fire(&mut m), 5002);
+    let _ = drain(&mut m);
+    assert_eq!(m.silences(), 1, "a keep-alive unanswered");
+}

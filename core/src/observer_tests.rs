@@ -64,7 +64,14 @@ fn put(kv: KeyValue) -> WatchEvent {
 #[test]
 fn every_change_of_leader_is_reported_including_none() {
     let mut o = Observer::new(MirrorConfig::new(Key(b"/e/".to_vec()), 1)).unwrap();
+    assert!(
+        !o.awaits_etcd() && o.poll_timeout().is_none(),
+        "not started"
+    );
     o.handle(t(0), Input::Start).unwrap();
+    assert!(o.awaits_etcd(), "listing");
+    // The listing's deadline (the default request timeout, 5 s).
+    assert_eq!(o.poll_timeout(), Some(t(5_000)));
     let cmds: Vec<_> = std::iter::from_fn(|| o.poll()).collect();
     assert_eq!(
         cmds,
@@ -102,6 +109,9 @@ fn every_change_of_leader_is_reported_including_none() {
             revision: Revision(10)
         }]
     );
+    assert_eq!(o.leader(), leader(&a).as_ref());
+    assert!(!o.awaits_etcd(), "listed");
+    assert_eq!(o.silences(), 0);
     // A new candidate behind: nothing. The leader proclaims: reported.
     message(&mut o, 2, vec![put(c.clone())], 12);
     assert!(events(&mut o).is_empty());
@@ -141,6 +151,20 @@ fn every_change_of_leader_is_reported_including_none() {
             revision: Revision(16)
         }]
     );
+    assert_eq!(o.leader(), None);
+    // Quiet for the probe interval (10 s) since t=5, the stream is asked
+    // for progress; unanswered in the request timeout (5 s), it is silent.
+    assert!(!o.is_closed());
+    assert_eq!(o.poll_timeout(), Some(t(10_005)));
+    o.handle(t(10_005), Input::Timeout).unwrap();
+    assert_eq!(o.silences(), 0);
+    assert_eq!(o.poll_timeout(), Some(t(15_005)));
+    o.handle(t(15_005), Input::Timeout).unwrap();
+    assert_eq!(o.silences(), 1);
+    assert!(o.awaits_etcd(), "waiting to watch again");
+    o.handle(t(15_006), Input::Close).unwrap();
+    assert!(o.is_closed());
+    assert_eq!(o.poll_timeout(), None);
 }
 
 #[test]

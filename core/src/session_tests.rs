@@ -496,3 +496,14 @@ fn a_sessions_limits_are_allowed_and_a_step_beyond_refused() {
         Some(ConfigError::TtlOutOfRange(ms(999)))
     );
 }
+
+#[test]
+fn a_live_session_says_until_when_its_lease_lives_and_counts_its_campaigns() {
+    let mut s = session();
+    assert!(!s.is_closed(), "a live session with no campaign");
+    // Opened (and its first keep-alive sent) at t=1, answered with 9 s.
+    assert_eq!(s.expires_at(), Some(t(9_001)));
+    assert_eq!(s.elections(), 0);
+    let _ = campaign(&mut s, 10, 1, Mode::Wait);
+    assert_eq!(s.elections(), 1);
+}
