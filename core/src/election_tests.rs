@@ -854,3 +854,47 @@ fn a_campaign_waits_on_etcd_and_counts_silences_only_while_its_queue_is_unsettle
     assert!(s.awaits_etcd(), "the queue's mirror waits to watch again");
     assert_eq!(s.silences(), 1);
 }
+
+#[test]
+fn answers_reach_a_live_campaign_after_another_ended_and_an_answered_op_is_forgotten() {
+    let mut s = session();
+    let (join, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    // A try on another name, lost at once: it ends, its routes with it.
+    let other = Key(b"/f/".to_vec());
+    s.handle(
+        t(10),
+        Input::Campaign {
+            id: ElectionId(2),
+            name: other.clone(),
+            value: b"me".to_vec(),
+            mode: Mode::Try,
+        },
+    )
+    .unwrap();
+    let (tried, _) = the_txn(&drain(&mut s));
+    let holder = KeyValue {
+        key: crate::election::candidate_key(&other, LeaseId(0x10)),
+        ..kv(LeaseId(0x10), "a", 5)
+    };
+    io(&mut s, 11, joined(tried, false, vec![holder], 25));
+    let _ = drain(&mut s);
+    assert_eq!(s.elections(), 1);
+    // The first campaign's join is still answered to it.
+    io(
+        &mut s,
+        12,
+        joined(join, true, vec![kv(LEASE, "me", 26)], 26),
+    );
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Elected {
+            key: key_of(LEASE),
+            lease: LEASE,
+            token: FencingToken(26)
+        }]
+    );
+    assert!(
+        !s.routes.contains_key(&join),
+        "an answered join is forgotten"
+    );
+}
