@@ -898,3 +898,53 @@ fn answers_reach_a_live_campaign_after_another_ended_and_an_answered_op_is_forgo
         "an answered join is forgotten"
     );
 }
+
+/// A session holding LEASE with campaign 1 (waiting) whose join went
+/// unanswered by its deadline: it waits to join again.
+fn rejoining() -> Session {
+    let mut s = session();
+    let (join, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    s.handle(t(2010), Input::Timeout).unwrap();
+    assert!(commands(&drain(&mut s)).contains(&Command::Abandon { op: join }));
+    s
+}
+
+#[test]
+fn a_campaign_not_queued_yet_waits_out_a_lost_lease_but_not_a_closed_session() {
+    // Waiting to join again when the lease is lost: it waits for the next
+    // lease, and says nothing.
+    let mut s = rejoining();
+    io(
+        &mut s,
+        2100,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 0,
+        },
+    );
+    let out = drain(&mut s);
+    assert!(election_events(&out, 1).is_empty(), "{out:?}");
+    assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
+    // The session closes instead: it is lost.
+    let mut s = rejoining();
+    s.handle(t(2100), Input::Close).unwrap();
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::SessionClosed
+        }]
+    );
+    // Waiting for a first lease when the session closes: lost too.
+    let mut s = Session::new(config()).unwrap();
+    s.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut s);
+    let _ = campaign(&mut s, 0, 1, Mode::Wait);
+    assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
+    s.handle(t(1), Input::Close).unwrap();
+    assert_eq!(
+        election_events(&drain(&mut s), 1),
+        vec![ElectionEvent::Lost {
+            reason: Loss::SessionClosed
+        }]
+    );
+}
