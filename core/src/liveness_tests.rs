@@ -1431,3 +1431,47 @@ fn a_registered_lease_says_until_when_it_lives_and_counts_its_silences() {
     let _ = drain(&mut m);
     assert_eq!(m.silences(), 1, "a keep-alive unanswered");
 }
+
+#[test]
+fn a_lease_granted_with_no_ttl_is_given_back_and_asked_again() {
+    // etcd never grants a TTL of 0 or less; if it did, the lease would be
+    // useless: it is revoked and the grant retried, nothing registered.
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    ok(
+        &mut m,
+        1,
+        1,
+        Reply::Granted {
+            lease: LEASE,
+            ttl_secs: 0,
+        },
+    );
+    let out = drain(&mut m);
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Command(Command::Revoke { lease: LEASE, .. }))),
+        "{out:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|o| matches!(o, Output::Command(Command::Txn { .. }))),
+        "attached to a useless lease: {out:?}"
+    );
+    assert_eq!(m.lease(), None);
+    // A TTL of one second is a lease like any other.
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    ok(
+        &mut m,
+        1,
+        1,
+        Reply::Granted {
+            lease: LEASE,
+            ttl_secs: 1,
+        },
+    );
+    assert_eq!(drain(&mut m), vec![put(2, LEASE)]);
+}

@@ -170,3 +170,20 @@ fn never_more_than_one_probe_per_interval_whatever_the_inputs() {
     assert!(sent.len() > 50, "{}", sent.len());
     assert!(sent.windows(2).all(|w| w[1] - w[0] >= 1_000), "{sent:?}");
 }
+
+#[test]
+fn demand_told_again_while_resting_keeps_the_next_probe() {
+    let mut p = Prober::new(ProbeConfig::default());
+    p.handle(t(0), ProbeInput::Demand(true));
+    assert_eq!(drain(&mut p), vec![probe(1)]);
+    answer(&mut p, 10, 1, ok());
+    let _ = drain(&mut p);
+    // Resting until a second after the last probe; demand said again
+    // (another loop starts waiting) neither cancels nor hastens it.
+    assert_eq!(p.poll_timeout(), Some(t(1_000)));
+    p.handle(t(500), ProbeInput::Demand(true));
+    assert_eq!(drain(&mut p), vec![]);
+    assert_eq!(p.poll_timeout(), Some(t(1_000)));
+    p.handle(t(1_000), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(2)]);
+}
