@@ -1434,21 +1434,26 @@ fn a_registered_lease_says_until_when_it_lives_and_counts_its_silences() {
 
 #[test]
 fn a_lease_granted_with_no_ttl_is_given_back_and_asked_again() {
+    // What a first grant answered with a TTL of `ttl_secs` leads to.
+    let granted_with = |ttl_secs| {
+        let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+        m.handle(t(0), Input::Start).unwrap();
+        let _ = drain(&mut m);
+        ok(
+            &mut m,
+            1,
+            1,
+            Reply::Granted {
+                lease: LEASE,
+                ttl_secs,
+            },
+        );
+        let out = drain(&mut m);
+        (m, out)
+    };
     // etcd never grants a TTL of 0 or less; if it did, the lease would be
     // useless: it is revoked and the grant retried, nothing registered.
-    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    let _ = drain(&mut m);
-    ok(
-        &mut m,
-        1,
-        1,
-        Reply::Granted {
-            lease: LEASE,
-            ttl_secs: 0,
-        },
-    );
-    let out = drain(&mut m);
+    let (m, out) = granted_with(0);
     assert!(
         out.iter()
             .any(|o| matches!(o, Output::Command(Command::Revoke { lease: LEASE, .. }))),
@@ -1461,17 +1466,5 @@ fn a_lease_granted_with_no_ttl_is_given_back_and_asked_again() {
     );
     assert_eq!(m.lease(), None);
     // A TTL of one second is a lease like any other.
-    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
-    m.handle(t(0), Input::Start).unwrap();
-    let _ = drain(&mut m);
-    ok(
-        &mut m,
-        1,
-        1,
-        Reply::Granted {
-            lease: LEASE,
-            ttl_secs: 1,
-        },
-    );
-    assert_eq!(drain(&mut m), vec![put(2, LEASE)]);
+    assert_eq!(granted_with(1).1, vec![put(2, LEASE)]);
 }

@@ -132,9 +132,7 @@ impl MirrorConfig {
         }
         crate::lease::validate_request_timeout(self.request_timeout)
             .map_err(|_| MirrorConfigError::RequestTimeoutOutOfRange(self.request_timeout))?;
-        if self.probe_interval < Duration::from_millis(10)
-            || self.probe_interval > Duration::from_secs(3600)
-        {
+        if !crate::lease::probe_interval_in_range(self.probe_interval) {
             return Err(MirrorConfigError::ProbeIntervalOutOfRange(
                 self.probe_interval,
             ));

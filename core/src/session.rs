@@ -83,9 +83,7 @@ impl SessionConfig {
     /// Checks every parameter.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.lease().validate()?;
-        if self.probe_interval < Duration::from_millis(10)
-            || self.probe_interval > Duration::from_secs(3600)
-        {
+        if !lease::probe_interval_in_range(self.probe_interval) {
             return Err(ConfigError::ProbeIntervalOutOfRange(self.probe_interval));
         }
         Ok(())

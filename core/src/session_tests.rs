@@ -475,12 +475,7 @@ fn campaigns_draw_seeds_of_their_own_as_distinct_as_their_sessions() {
 #[test]
 fn a_sessions_limits_are_allowed_and_a_step_beyond_refused() {
     let ms = Duration::from_millis;
-    for (interval, allowed) in [
-        (ms(9), false),
-        (ms(10), true),
-        (ms(3_600_000), true),
-        (ms(3_600_001), false),
-    ] {
+    for (interval, allowed) in crate::lease::PROBE_INTERVAL_EDGES {
         let mut c = config();
         c.probe_interval = interval;
         let want = (!allowed).then_some(ConfigError::ProbeIntervalOutOfRange(interval));

@@ -552,13 +552,7 @@ fn bad_configs_are_refused() {
     ));
     // The probe interval's limits, 10 ms and one hour, are allowed; a
     // millisecond beyond either is not.
-    let ms = Duration::from_millis;
-    for (interval, allowed) in [
-        (ms(9), false),
-        (ms(10), true),
-        (ms(3_600_000), true),
-        (ms(3_600_001), false),
-    ] {
+    for (interval, allowed) in crate::lease::PROBE_INTERVAL_EDGES {
         let mut c = config(StartPolicy::FailFast);
         c.probe_interval = interval;
         let want = if allowed {

@@ -152,6 +152,22 @@ impl LeaseConfig {
     }
 }
 
+/// Whether a probe interval (of a quiet watch stream) is within its
+/// limits, 10 ms to one hour: shared by every config that has one.
+pub(crate) fn probe_interval_in_range(interval: Duration) -> bool {
+    (Duration::from_millis(10)..=Duration::from_secs(3600)).contains(&interval)
+}
+
+/// Probe intervals at and a millisecond beyond each limit, and whether
+/// each is allowed (for the configs' tests).
+#[cfg(test)]
+pub(crate) const PROBE_INTERVAL_EDGES: [(Duration, bool); 4] = [
+    (Duration::from_millis(9), false),
+    (Duration::from_millis(10), true),
+    (Duration::from_millis(3_600_000), true),
+    (Duration::from_millis(3_600_001), false),
+];
+
 /// Checks a request timeout: between 10 ms and 5 minutes.
 pub(crate) fn validate_request_timeout(timeout: Duration) -> Result<(), ConfigError> {
     if timeout < Duration::from_millis(10) || timeout > Duration::from_secs(300) {
