@@ -215,6 +215,8 @@ struct Seen {
     /// Probes counted once both hosts registered, and 10 s later (etcd
     /// answering everything).
     probes_while_healthy: (usize, usize),
+    /// How often the client was told etcd went silent before it did.
+    told_while_healthy: usize,
     /// When the client was first told etcd went silent, and when the first
     /// probe of the silence was sent (since the start).
     first_told_silent: Option<Duration>,
@@ -248,6 +250,7 @@ async fn two_hosts_through_a_silence() -> Result<Seen, String> {
     let once_registered = etcd.probes();
     madsim::time::sleep(Duration::from_secs(10)).await;
     let probes_while_healthy = (once_registered, etcd.probes());
+    let told_while_healthy = lock(&etcd.told_silent).len();
 
     etcd.set_silent(true);
     let silenced = Instant::now();
@@ -291,6 +294,7 @@ async fn two_hosts_through_a_silence() -> Result<Seen, String> {
     madsim::time::sleep(Duration::from_secs(30)).await;
     Ok(Seen {
         probes_while_healthy,
+        told_while_healthy,
         first_told_silent,
         first_probe,
         back_after,
@@ -309,6 +313,10 @@ fn loops_sharing_a_client_probe_only_while_one_waits_and_all_wake_when_etcd_retu
     assert_eq!(
         once_registered, later,
         "probes with no loop waiting: {seen:?}"
+    );
+    assert_eq!(
+        seen.told_while_healthy, 0,
+        "the client told of a silence while etcd answered: {seen:?}"
     );
     // A loop that finds etcd silent tells the client at once (it may
     // re-dial), not only when a probe's own timeout says so a second later.
