@@ -2,7 +2,8 @@
 //! `started_at_unix_ns` filled in from the wall clock only when it was 0;
 //! metadata up to `MAX_METADATA_LEN` (1 MiB) of JSON and not a byte more;
 //! the key its handle names; what `stop` reports when etcd does not
-//! confirm the revoke; and what a handle dropped without `stop` leaves.
+//! confirm the revoke; what a handle dropped without `stop` leaves; and
+//! the lease and TTL a session names.
 
 use std::sync::{Arc, Mutex};
 
@@ -250,4 +251,28 @@ fn a_dropped_handle_says_abandoned_and_leaves_its_lease_to_expire() {
     });
     assert_eq!(last, Some(LivenessStatus::Abandoned));
     assert_eq!(*lock(&revokes), 0, "a dropped handle revoked its lease");
+}
+
+#[test]
+fn a_session_names_its_lease_and_its_ttl() {
+    let seen = block_on_within(4, async move {
+        let opts = coord::SessionOptions {
+            ttl: std::time::Duration::from_secs(7),
+            seed: Some(4),
+            ..coord::SessionOptions::default()
+        };
+        let session = coord::Session::new(Recording::default(), opts).await.ok()?;
+        let state = session.state().borrow().clone();
+        let seen = (session.lease_id(), session.ttl(), state);
+        let _ = session.close().await;
+        let closed = session.lease_id();
+        Some((seen, closed))
+    });
+    let Some(((lease, ttl, state), closed)) = seen else {
+        panic!("the session did not start");
+    };
+    assert_eq!(state, LivenessStatus::Registered { lease: LeaseId(9) });
+    assert_eq!(lease, Some(LeaseId(9)), "lease_id() while registered");
+    assert_eq!(ttl, std::time::Duration::from_secs(7));
+    assert_eq!(closed, None, "lease_id() once closed");
 }
