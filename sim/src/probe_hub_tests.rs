@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::test_fakes::{block_on_within, lock, NoWatch};
+use crate::test_fakes::{block_on_within, lock, ChannelKeeper, NoWatch};
 use coord::{
     BackoffConfig, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
-    KeepAliveSender, LeaseId, LivenessOptions, LivenessStatus, Pacing, ProbeHub, Revision,
+    LeaseId, LivenessOptions, LivenessStatus, Pacing, ProbeHub, Revision,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use coord_core::probe::PROBE_KEY;
@@ -70,16 +70,6 @@ impl Switchable {
     }
 }
 
-struct Keeper(mpsc::UnboundedSender<()>);
-
-impl KeepAliveSender for Keeper {
-    async fn send(&mut self) -> Result<(), EtcdError> {
-        self.0
-            .send(())
-            .map_err(|_| EtcdError::Unavailable("gone".into()))
-    }
-}
-
 /// A reply per keep-alive sent while etcd answers.
 struct Replies(mpsc::UnboundedReceiver<()>, Arc<AtomicBool>);
 
@@ -95,7 +85,7 @@ impl KeepAliveReplies for Replies {
 }
 
 impl EtcdApi for Switchable {
-    type Keeper = Keeper;
+    type Keeper = ChannelKeeper;
     type Replies = Replies;
     type WatchControl = NoWatch;
     type WatchEvents = NoWatch;
@@ -140,12 +130,15 @@ impl EtcdApi for Switchable {
     async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
         self.answer(Ok(())).await
     }
-    async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(Keeper, Replies), EtcdError> {
+    async fn lease_keep_alive(
+        &self,
+        _lease: LeaseId,
+    ) -> Result<(ChannelKeeper, Replies), EtcdError> {
         self.answer(()).await;
         let (tx, rx) = mpsc::unbounded_channel();
         // The open sends the first keep-alive.
         let _ = tx.send(());
-        Ok((Keeper(tx), Replies(rx, Arc::clone(&self.silent))))
+        Ok((ChannelKeeper(tx), Replies(rx, Arc::clone(&self.silent))))
     }
     fn probe_hub(&self) -> Option<ProbeHub> {
         self.hub.clone()

@@ -7,10 +7,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::test_fakes::{block_on_within, lock, NoWatch};
+use crate::test_fakes::{block_on_within, lock, ChannelKeeper, NoWatch};
 use coord::{
-    Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies,
-    KeepAliveSender, LeaseId, LivenessOptions, LivenessStatus, Revision,
+    Error, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, KeepAliveReplies, LeaseId,
+    LivenessOptions, LivenessStatus, Revision,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use coord_core::ClusterId;
@@ -28,16 +28,6 @@ struct Recording {
     revokes_fail: bool,
 }
 
-struct Keeper(mpsc::UnboundedSender<()>);
-
-impl KeepAliveSender for Keeper {
-    async fn send(&mut self) -> Result<(), EtcdError> {
-        self.0
-            .send(())
-            .map_err(|_| EtcdError::Unavailable("gone".into()))
-    }
-}
-
 struct Replies(mpsc::UnboundedReceiver<()>);
 
 impl KeepAliveReplies for Replies {
@@ -47,7 +37,7 @@ impl KeepAliveReplies for Replies {
 }
 
 impl EtcdApi for Recording {
-    type Keeper = Keeper;
+    type Keeper = ChannelKeeper;
     type Replies = Replies;
     type WatchControl = NoWatch;
     type WatchEvents = NoWatch;
@@ -91,11 +81,14 @@ impl EtcdApi for Recording {
         }
         Ok(())
     }
-    async fn lease_keep_alive(&self, _lease: LeaseId) -> Result<(Keeper, Replies), EtcdError> {
+    async fn lease_keep_alive(
+        &self,
+        _lease: LeaseId,
+    ) -> Result<(ChannelKeeper, Replies), EtcdError> {
         let (tx, rx) = mpsc::unbounded_channel();
         // The open sends the first keep-alive.
         let _ = tx.send(());
-        Ok((Keeper(tx), Replies(rx)))
+        Ok((ChannelKeeper(tx), Replies(rx)))
     }
 }
 

@@ -41,6 +41,18 @@ impl KeepAliveReplies for NoLease {
     }
 }
 
+/// A keep-alive sender whose keep-alives go down a channel, for a fake's
+/// replies to answer; a send fails once the replying side is gone.
+pub(crate) struct ChannelKeeper(pub(crate) tokio::sync::mpsc::UnboundedSender<()>);
+
+impl KeepAliveSender for ChannelKeeper {
+    async fn send(&mut self) -> Result<(), EtcdError> {
+        self.0
+            .send(())
+            .map_err(|_| EtcdError::Unavailable("gone".into()))
+    }
+}
+
 /// A watch that takes progress requests and ends at once.
 pub(crate) struct NoWatch;
 
