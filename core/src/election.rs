@@ -163,11 +163,8 @@ pub(crate) struct ContenderConfig {
 
 /// The key a session's lease writes under `name`: Go's `%s%x`.
 pub fn candidate_key(name: &Key, lease: LeaseId) -> Key {
-    let hex = if lease.0 < 0 {
-        format!("-{:x}", lease.0.unsigned_abs())
-    } else {
-        format!("{:x}", lease.0)
-    };
+    let sign = if lease.0.is_negative() { "-" } else { "" };
+    let hex = format!("{sign}{:x}", lease.0.unsigned_abs());
     Key([name.as_bytes(), hex.as_bytes()].concat())
 }
 

@@ -13,6 +13,10 @@ fn a_first_candidate_joins_in_one_transaction_and_leads() {
         1,
         "campaign ops use slot 1"
     );
+    assert!(
+        (CAMPAIGN_OPS..2 * CAMPAIGN_OPS).contains(&op.0),
+        "and start at CAMPAIGN_OPS"
+    );
     // Create the key only if absent (a retry finds its own), and read the
     // queue in the same revision.
     assert_eq!(
@@ -428,7 +432,24 @@ fn proclaim_and_transactions_are_guarded_by_the_token() {
         },
     )
     .unwrap();
-    let (op, _) = the_txn(&drain(&mut s));
+    let (op, txn) = the_txn(&drain(&mut s));
+    // A proclaim is a put of the value on our key, guarded by the token.
+    assert_eq!(
+        txn,
+        Txn {
+            compares: vec![Compare::create_revision(
+                key_of(LEASE),
+                CompareOp::Equal,
+                Revision(20)
+            )],
+            success: vec![TxnOp::Put {
+                key: key_of(LEASE),
+                value: b"v3".to_vec(),
+                lease: LEASE
+            }],
+            failure: vec![],
+        }
+    );
     io(
         &mut s,
         17,
@@ -737,7 +758,15 @@ fn a_campaign_watches_its_queue_on_the_sessions_timeouts_and_backoff() {
         commands(&out).contains(&Command::CancelWatch { stream }),
         "{out:?}"
     );
-    // Unconfirmed: retried after the session's backoff.
+    // Unconfirmed: retried after the session's backoff, and the campaign
+    // says so.
+    assert!(
+        matches!(
+            election_events(&out, 1)[..],
+            [ElectionEvent::Retrying(Retry { attempt: 1, .. })]
+        ),
+        "{out:?}"
+    );
     assert_eq!(s.poll_timeout(), Some(t(2711)));
 }
 
@@ -925,6 +954,33 @@ fn a_campaign_not_queued_yet_waits_out_a_lost_lease_but_not_a_closed_session() {
     let out = drain(&mut s);
     assert!(election_events(&out, 1).is_empty(), "{out:?}");
     assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
+    // The same for a campaign waiting for an earlier one on its name to
+    // be left: it waits out the lost lease, then joins with the next.
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
+    let _ = drain(&mut s);
+    let _ = campaign(&mut s, 13, 2, Mode::Wait);
+    assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
+    io(
+        &mut s,
+        14,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 0,
+        },
+    );
+    let out = drain(&mut s);
+    assert!(election_events(&out, 2).is_empty(), "{out:?}");
+    assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
+    reregister(&mut s, LEASE2);
+    let (_, txn) = the_txn(&drain(&mut s));
+    assert!(
+        matches!(&txn.success[0], TxnOp::Put { lease: LEASE2, .. }),
+        "{txn:?}"
+    );
     // The session closes instead: it is lost.
     let mut s = rejoining();
     s.handle(t(2100), Input::Close).unwrap();

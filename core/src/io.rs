@@ -488,3 +488,28 @@ impl Command {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_complete_listing_has_no_more_keys_and_names_no_cluster() {
+        let kv = KeyValue {
+            key: Key(b"/k".to_vec()),
+            value: b"v".to_vec(),
+            create_revision: Revision(3),
+            mod_revision: Revision(4),
+            lease: LeaseId(0),
+        };
+        assert_eq!(
+            Listing::complete(vec![kv.clone()], Revision(7)),
+            Listing {
+                kvs: vec![kv],
+                revision: Revision(7),
+                more: false,
+                cluster: ClusterId::default(),
+            }
+        );
+    }
+}

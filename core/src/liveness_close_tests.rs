@@ -402,3 +402,22 @@ fn a_partial_lease_whose_revoke_was_lost_is_retried_and_revoked_by_stop() {
         }))
     );
 }
+
+#[test]
+fn close_abandons_a_grant_that_timed_out_and_may_yet_be_answered() {
+    let mut m = Liveness::new(config(StartPolicy::Retry)).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    // The grant (op 1) times out; its answer may still come, and its
+    // lease would then be revoked, until a TTL has passed.
+    m.handle(t(2000), Input::Timeout).unwrap();
+    let _ = drain(&mut m);
+    // Close does not wait for it: the driver is told to stop waiting.
+    m.handle(t(2001), Input::Close).unwrap();
+    let out = drain(&mut m);
+    assert!(
+        out.contains(&cmd(Command::Abandon { op: OpId(1) })),
+        "{out:?}"
+    );
+    assert!(m.is_closed(), "nothing left to revoke: {out:?}");
+}

@@ -115,6 +115,35 @@ fn put(op: u64, lease: LeaseId) -> Output {
     })
 }
 
+#[test]
+fn the_key_is_put_only_unless_it_holds_the_value_on_the_lease() {
+    use crate::io::{Compare, CompareOp, CompareTarget, Txn, TxnOp};
+    let key = Key(b"/coord/hosts/h1".to_vec());
+    let txn = crate::lease::put_if_changed(key.clone(), b"{}".to_vec(), LEASE);
+    let equal = |target| Compare {
+        key: key.clone(),
+        prefix: false,
+        op: CompareOp::Equal,
+        target,
+    };
+    assert_eq!(
+        txn,
+        Txn {
+            // An intact key is left alone, so that watchers see no event.
+            compares: vec![
+                equal(CompareTarget::Lease(LEASE)),
+                equal(CompareTarget::Value(b"{}".to_vec())),
+            ],
+            success: vec![],
+            failure: vec![TxnOp::Put {
+                key: key.clone(),
+                value: b"{}".to_vec(),
+                lease: LEASE
+            }],
+        }
+    );
+}
+
 /// Start and complete a registration at t=0..3 ms: ops 1 (grant), 2 (put),
 /// 3 (keep-alive stream).
 fn registered(start: StartPolicy) -> Liveness {
@@ -368,6 +397,10 @@ fn streams_that_end_after_their_opening_reply_are_reopened_with_backoff() {
     // The lease lives until 2 + 9000; stay well within it.
     while now < 4000 {
         reply(&mut m, now + 1, stream, 9);
+        // A stream reopened after a paced wait is not proven by its
+        // opening reply: etcd is still awaited (the first was reopened at
+        // once, with no wait, after a stream that worked).
+        assert_eq!(m.awaits_etcd(), !waits.is_empty(), "{waits:?}");
         closed(&mut m, now + 2, stream, cut());
         let out = drain(&mut m);
         assert_eq!(
@@ -411,6 +444,7 @@ fn streams_that_end_after_their_opening_reply_are_reopened_with_backoff() {
     let send_at = fire(&mut m);
     let _ = drain(&mut m);
     reply(&mut m, send_at + 1, stream, 9);
+    assert!(!m.awaits_etcd(), "a proven stream");
     closed(&mut m, send_at + 2, stream, cut());
     assert_eq!(
         drain(&mut m).last(),
@@ -421,6 +455,17 @@ fn streams_that_end_after_their_opening_reply_are_reopened_with_backoff() {
         "a stream that worked is reopened at once"
     );
     assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+    // Its proof reset the backoff: the next stream that ends right after
+    // its opening reply waits as the first one did.
+    let now = send_at + 2;
+    reply(&mut m, now + 1, stream + 1, 9);
+    closed(&mut m, now + 2, stream + 1, cut());
+    let _ = drain(&mut m);
+    let wait = fire(&mut m) - (now + 2);
+    assert!(
+        (50..=100).contains(&wait),
+        "waits {wait} ms after a stream proved itself ({waits:?} before)"
+    );
 }
 
 #[test]
@@ -887,7 +932,9 @@ fn request_deadline_counts_as_unknown_and_a_late_grant_is_revoked() {
     m.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut m);
     assert_eq!(m.poll_timeout(), Some(t(2000)));
+    assert_eq!(m.silences(), 0);
     m.handle(t(2000), Input::Timeout).unwrap();
+    assert_eq!(m.silences(), 1, "an unanswered request is a silence");
     let out = drain(&mut m);
     assert_eq!(out.len(), 1, "{out:?}");
     assert!(matches!(
@@ -983,6 +1030,9 @@ fn fast_failures_keep_retries_within_the_fast_cap() {
 
 #[path = "liveness_close_tests.rs"]
 mod close;
+
+#[path = "liveness_stray_tests.rs"]
+mod stray;
 
 #[test]
 fn etcd_returning_breaks_a_stream_whose_keep_alive_went_out_in_the_silence() {

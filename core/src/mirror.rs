@@ -613,7 +613,7 @@ impl Mirror {
             Completion::Listed { outcome, .. } if matches!(self.state, State::Verifying { .. }) => {
                 self.on_verified(now, outcome, ids)
             }
-            Completion::Listed { op, outcome } => self.on_listed(now, op, outcome, ids),
+            Completion::Listed { outcome, .. } => self.on_listed(now, outcome, ids),
             Completion::WatchMessage {
                 stream,
                 kind,
@@ -772,11 +772,10 @@ impl Mirror {
         self.retry(now, failure, Then::List(reason));
     }
 
-    fn on_listed(&mut self, now: Instant, op: OpId, outcome: Outcome<Listing>, ids: &mut OpIds) {
+    fn on_listed(&mut self, now: Instant, outcome: Outcome<Listing>, ids: &mut OpIds) {
+        // `io` passes on only the answers of the op in flight (`owns`).
         let mut pages = match std::mem::replace(&mut self.state, State::Closed) {
-            State::Listing {
-                op: want, pages, ..
-            } if want == op => pages,
+            State::Listing { pages, .. } => pages,
             other => {
                 self.state = other;
                 return;
@@ -1031,8 +1030,8 @@ impl Mirror {
         }
         // Only a progress notification promises that nothing up to its
         // revision is still to come.
-        if kind == MessageKind::Progress && header > self.revision {
-            self.revision = header;
+        if kind == MessageKind::Progress {
+            self.revision = self.revision.max(header);
         }
         self.succeeded();
     }

@@ -154,7 +154,8 @@ impl Prober {
             ProbeInput::Demand(demand) => {
                 self.demand = demand;
                 match self.state {
-                    State::Idle if demand => self.next_probe(now),
+                    // Probes (or rests) if demanded, stays idle if not.
+                    State::Idle => self.next_probe(now),
                     State::Resting { .. } if !demand => self.state = State::Idle,
                     _ => {}
                 }
@@ -164,7 +165,8 @@ impl Prober {
                     self.out.cmd(Command::Abandon { op });
                     self.learned(now, Health::Silent);
                 }
-                State::Resting { until } if now >= until => self.next_probe(now),
+                // Rests on until an interval has passed since the last.
+                State::Resting { .. } => self.next_probe(now),
                 _ => {}
             },
             ProbeInput::Io(Completion::Listed { op, outcome }) => match self.state {

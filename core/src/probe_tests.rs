@@ -94,6 +94,26 @@ fn a_return_after_silence_is_reported_once_and_probes_are_an_interval_apart() {
 }
 
 #[test]
+fn a_timeout_before_the_deadline_changes_nothing() {
+    let mut p = Prober::new(ProbeConfig::default());
+    p.handle(t(0), ProbeInput::Demand(true));
+    assert_eq!(drain(&mut p), vec![probe(1)]);
+    // Probing: the answer is awaited until t = 1 s.
+    p.handle(t(999), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![]);
+    assert_eq!(p.poll_timeout(), Some(t(1_000)));
+    assert_eq!(p.health(), Health::Unknown);
+    // Resting: the next probe goes a second after the last.
+    answer(&mut p, 10, 1, ok());
+    assert_eq!(p.poll_timeout(), Some(t(1_000)));
+    p.handle(t(999), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![]);
+    assert_eq!(p.poll_timeout(), Some(t(1_000)));
+    p.handle(t(1_000), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(2)]);
+}
+
+#[test]
 fn an_answer_without_a_silence_before_it_cuts_nothing() {
     // Machines back off because etcd is slow, yet it answers the probe:
     // nothing to cut, so heavy retries keep backing off.

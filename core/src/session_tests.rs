@@ -400,8 +400,66 @@ fn close_ends_every_campaign_then_revokes_the_lease() {
     );
 }
 
+#[test]
+fn a_session_is_closed_only_once_its_campaigns_requests_are_answered() {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    s.handle(
+        t(12),
+        Input::Proclaim {
+            id: ElectionId(1),
+            request: 7,
+            value: b"v2".to_vec(),
+        },
+    )
+    .unwrap();
+    let (proclaim, _) = the_txn(&drain(&mut s));
+    s.handle(t(13), Input::Close).unwrap();
+    let revoke = commands(&drain(&mut s))
+        .into_iter()
+        .find_map(|c| match c {
+            Command::Revoke { op, .. } => Some(op),
+            _ => None,
+        })
+        .expect("the lease is revoked");
+    io(
+        &mut s,
+        14,
+        Completion::Revoked {
+            op: revoke,
+            outcome: Outcome::Ok(()),
+        },
+    );
+    let _ = drain(&mut s);
+    // The lease is closed, but the proclaim's answer is still owed.
+    assert!(!s.is_closed());
+    assert_eq!(s.elections(), 1);
+    io(
+        &mut s,
+        15,
+        Completion::Txn {
+            op: proclaim,
+            outcome: Outcome::Err(Failure::Unavailable("closed".into())),
+        },
+    );
+    let out = drain(&mut s);
+    assert!(
+        matches!(
+            election_events(&out, 1)[..],
+            [ElectionEvent::Answered { request: 7, .. }]
+        ),
+        "{out:?}"
+    );
+    assert!(s.is_closed());
+}
+
 #[path = "election_tests.rs"]
 mod election;
+
+#[path = "election_stray_tests.rs"]
+mod election_stray;
 
 #[test]
 fn a_join_sent_in_a_silence_is_given_up_when_etcd_returns_and_retried_soon() {

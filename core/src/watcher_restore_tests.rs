@@ -463,6 +463,84 @@ fn a_pinned_revision_compacted_between_pages_starts_the_listing_over() {
 }
 
 #[test]
+fn a_page_with_nothing_past_the_last_key_ends_the_listing() {
+    // A page must start after the last key read; one that repeats it (and
+    // nothing newer) while saying there is more would page forever.
+    let mut c = config(StartPolicy::FailFast);
+    c.page_size = 2;
+    let mut m = Watcher::new(c).unwrap();
+    m.handle(t(0), Input::Start).unwrap();
+    let _ = drain(&mut m);
+    let (a, b) = (kv("a", "A", 3, 7), kv("b", "B", 4, 8));
+    page(&mut m, 1, 1, vec![a, b.clone()], 10, true, A);
+    let _ = drain(&mut m);
+    page(&mut m, 2, 2, vec![b], 10, true, A);
+    let out = drain(&mut m);
+    assert_eq!(out.last(), Some(&watch(3, 11)), "{out:?}");
+    assert_eq!(hosts(&m), vec!["a", "b"]);
+}
+
+#[test]
+fn a_first_page_refused_as_compacted_or_ahead_is_a_failure_not_a_restart() {
+    // Only a revision pinned by a first page can be compacted away between
+    // pages (or be ahead of a lagging member): a first page refused so is
+    // retried with the backoff like any failure, not asked again at once.
+    for failure in [Failure::Compacted(4), Failure::FutureRevision] {
+        let mut m = Watcher::new(config(StartPolicy::Retry)).unwrap();
+        m.handle(t(0), Input::Start).unwrap();
+        let _ = drain(&mut m);
+        failed(&mut m, 1, 1, failure.clone());
+        let out = drain(&mut m);
+        assert!(
+            matches!(out[..], [Output::Event(Event::Retrying(_))]),
+            "{failure:?}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn a_listing_at_the_views_own_revision_is_no_restore() {
+    // Linearizable, after a compaction below the view: etcd has not moved.
+    let mut m = watching_a();
+    m.handle(
+        t(5),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(2),
+            failure: Failure::Compacted(9),
+        }),
+    )
+    .unwrap();
+    let _ = drain(&mut m);
+    page(
+        &mut m,
+        6,
+        3,
+        vec![kv("a", "A", 3, 7), kv("b", "B", 4, 8)],
+        10,
+        false,
+        A,
+    );
+    let out = drain(&mut m);
+    assert!(
+        !out.iter().any(|o| matches!(
+            o,
+            Output::Event(Event::Resynced {
+                reason: ResyncReason::RevisionWentBack { .. },
+                ..
+            })
+        )),
+        "{out:?}"
+    );
+    assert_eq!(out.last(), Some(&watch(4, 11)));
+    // Serializable, at both the view's revision and the compaction's: as
+    // recent as anything etcd has shown, applied.
+    let (mut m, _) = serializable_watch_compacted(10);
+    page(&mut m, 6, 3, vec![kv("a", "A", 3, 7)], 10, false, A);
+    let out = drain(&mut m);
+    assert_eq!(out.last(), Some(&watch(4, 11)), "{out:?}");
+}
+
+#[test]
 fn a_later_page_from_another_cluster_starts_the_listing_over() {
     let mut c = config(StartPolicy::FailFast);
     c.page_size = 1;

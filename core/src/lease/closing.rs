@@ -117,3 +117,35 @@ impl Closing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRIMARY: LeaseId = LeaseId(0x70);
+    /// Sorts before the primary: the first of the leases left.
+    const ORPHAN: LeaseId = LeaseId(0x10);
+
+    /// Closing with the registration's lease (revoked by op 1) and an
+    /// orphan (op 2) to revoke, by t = 1 s; op `confirmed` answered `Ok`.
+    fn given_up_with(confirmed: &[u64]) -> RevokeOutcome {
+        let mut out: Outbox<Command, ()> = Outbox::new();
+        let deadline = Instant::from_millis(1000);
+        let mut c = Closing::begin(&mut out, deadline, Some(PRIMARY), vec![ORPHAN], None);
+        for op in confirmed {
+            c.revoked(Instant::from_millis(5), OpId(*op), &Outcome::Ok(()));
+        }
+        assert!(!c.done());
+        let timeout = Duration::from_millis(500);
+        assert_eq!(c.tick(&mut out, Instant::from_millis(999), timeout), None);
+        c.tick(&mut out, deadline, timeout)
+            .expect("given up at the deadline")
+    }
+
+    #[test]
+    fn giving_up_names_the_registrations_lease_if_unconfirmed_else_one_left() {
+        assert_eq!(given_up_with(&[]), RevokeOutcome::NotConfirmed(PRIMARY));
+        assert_eq!(given_up_with(&[2]), RevokeOutcome::NotConfirmed(PRIMARY));
+        assert_eq!(given_up_with(&[1]), RevokeOutcome::NotConfirmed(ORPHAN));
+    }
+}

@@ -302,4 +302,50 @@ mod tests {
             Err(MarkerError::TooLarge(MAX_MARKER_LEN + 1))
         );
     }
+
+    #[test]
+    fn a_marker_of_the_longest_length_and_token_zero_are_fine() {
+        let short = marker().encode().unwrap();
+        let m = Marker {
+            host: "h".repeat(MAX_MARKER_LEN - short.len() + marker().host.len()),
+            ..marker()
+        };
+        let text = m.encode().unwrap();
+        assert_eq!(text.len(), MAX_MARKER_LEN);
+        assert_eq!(Marker::parse(text.as_bytes()), Ok(m));
+        let first = Marker {
+            token: 0,
+            ..marker()
+        };
+        let text = first.encode().unwrap();
+        assert_eq!(Marker::parse(text.as_bytes()), Ok(first));
+        let negative = Marker {
+            token: -1,
+            ..marker()
+        };
+        assert_eq!(
+            negative.encode(),
+            Err(MarkerError::BadValue {
+                field: "token",
+                value: "-1".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_bad_value_is_quoted_cut_to_80_bytes_on_a_character_boundary() {
+        // 79 bytes, then a two-byte character across the 80th.
+        let long = format!("{}\u{e9}tail", "x".repeat(79));
+        let text = marker()
+            .encode()
+            .unwrap()
+            .replace("token=17", &format!("token={long}"));
+        assert_eq!(
+            Marker::parse(text.as_bytes()),
+            Err(MarkerError::BadValue {
+                field: "token",
+                value: "x".repeat(79),
+            })
+        );
+    }
 }

@@ -197,3 +197,33 @@ impl Campaigns {
             && fresh.silences == self.silences
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_consistency_check_finds_each_index_gone_stale() {
+        assert!(Campaigns::default().consistent());
+        let stale: [fn(&mut Campaigns); 5] = [
+            |c| {
+                c.touched.insert(ElectionId(1));
+            },
+            |c| {
+                c.deadlines.insert((Instant::from_millis(5), ElectionId(1)));
+            },
+            |c| {
+                c.awaiting.insert(ElectionId(1));
+            },
+            |c| {
+                c.pending.insert(ElectionId(1));
+            },
+            |c| c.silences = 1,
+        ];
+        for (n, make_stale) in stale.iter().enumerate() {
+            let mut c = Campaigns::default();
+            make_stale(&mut c);
+            assert!(!c.consistent(), "stale index {n} not found");
+        }
+    }
+}

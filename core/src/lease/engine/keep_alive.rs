@@ -142,30 +142,6 @@ impl LeaseEngine {
                     Attempt::First | Attempt::Fresh => self.registered(lease, stream, attempt),
                 }
             }
-            State::Registering {
-                op,
-                deadline,
-                step:
-                    Step::Attach {
-                        lease,
-                        stream: Some(mut stream),
-                    },
-                attempt,
-            } if stream.op == stream_op => {
-                // A late reply while the resume's put is in flight.
-                if ttl_secs > 0 {
-                    stream.ack(ttl_secs);
-                }
-                self.state = State::Registering {
-                    op,
-                    deadline,
-                    step: Step::Attach {
-                        lease,
-                        stream: Some(stream),
-                    },
-                    attempt,
-                };
-            }
             State::Held {
                 lease,
                 link: Link::Up(mut stream),
@@ -188,6 +164,11 @@ impl LeaseEngine {
                     };
                 }
             }
+            // Any other reply changes nothing. That includes a reply on a
+            // resume's stream while its put is in flight: the stream
+            // answered its one keep-alive before the put went out (its
+            // proof, the only one it needs), and the put's answer says
+            // whether the lease lives.
             other => self.state = other,
         }
     }
