@@ -3,7 +3,7 @@
 //! metadata up to `MAX_METADATA_LEN` (1 MiB) of JSON and not a byte more;
 //! the key its handle names; what `stop` reports when etcd does not
 //! confirm the revoke; what a handle dropped without `stop` leaves; and
-//! the lease and TTL a session names.
+//! the lease and TTL a session names, and what its close reports.
 
 use std::sync::{Arc, Mutex};
 
@@ -246,26 +246,62 @@ fn a_dropped_handle_says_abandoned_and_leaves_its_lease_to_expire() {
     assert_eq!(*lock(&revokes), 0, "a dropped handle revoked its lease");
 }
 
-#[test]
-fn a_session_names_its_lease_and_its_ttl() {
-    let seen = block_on_within(4, async move {
+/// What a session on `api` (TTL 7 s) saw while registered: its lease,
+/// TTL, state and whether it said closed; then what `close` returned,
+/// whether it then said closed, and its lease.
+#[allow(clippy::type_complexity)]
+fn session_life(
+    api: Recording,
+) -> (
+    (Option<LeaseId>, std::time::Duration, LivenessStatus, bool),
+    (Result<(), Error>, bool, Option<LeaseId>),
+) {
+    let seen = block_on_within(30, async move {
         let opts = coord::SessionOptions {
             ttl: std::time::Duration::from_secs(7),
             seed: Some(4),
             ..coord::SessionOptions::default()
         };
-        let session = coord::Session::new(Recording::default(), opts).await.ok()?;
+        let session = coord::Session::new(api, opts).await.ok()?;
         let state = session.state().borrow().clone();
-        let seen = (session.lease_id(), session.ttl(), state);
-        let _ = session.close().await;
-        let closed = session.lease_id();
-        Some((seen, closed))
+        let live = (
+            session.lease_id(),
+            session.ttl(),
+            state,
+            session.is_closed(),
+        );
+        let closed = session.close().await;
+        Some((live, (closed, session.is_closed(), session.lease_id())))
     });
-    let Some(((lease, ttl, state), closed)) = seen else {
-        panic!("the session did not start");
+    let Some(seen) = seen else {
+        panic!("the session did not start")
     };
+    seen
+}
+
+#[test]
+fn a_session_names_its_lease_and_its_ttl() {
+    let ((lease, ttl, state, was_closed), (closed, is_closed, lease_after)) =
+        session_life(Recording::default());
     assert_eq!(state, LivenessStatus::Registered { lease: LeaseId(9) });
     assert_eq!(lease, Some(LeaseId(9)), "lease_id() while registered");
     assert_eq!(ttl, std::time::Duration::from_secs(7));
-    assert_eq!(closed, None, "lease_id() once closed");
+    assert!(!was_closed);
+    assert!(closed.is_ok(), "{closed:?}");
+    assert!(is_closed);
+    assert_eq!(lease_after, None, "lease_id() once closed");
+}
+
+#[test]
+fn a_session_close_reports_a_revoke_etcd_did_not_confirm() {
+    let api = Recording {
+        revokes_fail: true,
+        ..Recording::default()
+    };
+    let (_, (closed, is_closed, _)) = session_life(api);
+    assert!(
+        matches!(closed, Err(Error::RevokeNotConfirmed { lease: LeaseId(9) })),
+        "{closed:?}"
+    );
+    assert!(is_closed);
 }
