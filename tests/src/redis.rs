@@ -5,6 +5,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
 use crate::etcd::free_ports;
 
 /// One redis-server.
@@ -65,8 +68,26 @@ impl RedisServer {
         self.run().await;
     }
 
+    /// SIGSTOP (a stall: its port still accepts, nothing answers).
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`RedisServer::pause`].
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    fn signal(&self, sig: Signal) {
+        if let Some(child) = &self.child {
+            let pid = i32::try_from(child.id()).expect("a pid");
+            kill(Pid::from_raw(pid), sig).expect("signal redis-server");
+        }
+    }
+
     /// Kills it (-9).
     pub fn kill(&mut self) {
+        self.resume();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

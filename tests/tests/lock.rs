@@ -790,9 +790,13 @@ async fn lost_to_a_restart(
     );
 }
 
-/// With its server gone, `a` refuses with a clear error of `backend`.
+/// With its server gone, `a` refuses with a clear error of `backend`
+/// (within the deadline: not after a wait without end).
 async fn refused_as_unreachable(a: &Locker, backend: &str) {
-    let e = a.try_acquire("other").await.err();
+    let e = tokio::time::timeout(DEADLINE, a.try_acquire("other"))
+        .await
+        .expect("refused, not left waiting")
+        .err();
     assert!(
         matches!(&e, Some(LockError::Backend { backend: b, .. }) if *b == backend),
         "{e:?}"
@@ -823,11 +827,58 @@ async fn redis_locks_keep_the_contract_and_tokens_survive_a_restart() {
     // The server restarts and forgets every key.
     lost_to_a_restart(&a, held, server.restart(), LockLost::Expired).await;
     server.kill();
+    // Refused at once, and again while the client tries to reconnect
+    // (redis 0.27's connection manager alone would make it wait minutes).
+    refused_as_unreachable(&a, "redis").await;
     refused_as_unreachable(&a, "redis").await;
     assert!(matches!(
         Locker::redis(coord::lock::RedisConfig {
             ttl: Duration::from_millis(1),
             ..coord::lock::RedisConfig::new("redis://127.0.0.1:1/")
+        }),
+        Err(LockError::BadOptions(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_redis_server_is_refused_and_its_holders_lose_at_the_ttl() {
+    init_tracing();
+    let server = RedisServer::start().await;
+    let a = Locker::redis(coord::lock::RedisConfig {
+        ttl: Duration::from_secs(2),
+        request_timeout: Duration::from_millis(500),
+        ..coord::lock::RedisConfig::new(server.url())
+    })
+    .unwrap();
+    let held = a.try_acquire("kept").await.unwrap();
+    // A stall: the port accepts, nothing answers.
+    server.pause();
+    let e = tokio::time::timeout(DEADLINE, a.try_acquire("other"))
+        .await
+        .expect("refused, not left waiting")
+        .err();
+    assert!(
+        matches!(
+            &e,
+            Some(LockError::Backend {
+                backend: "redis",
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    // The holder cannot extend: it is told its lock is lost once the TTL
+    // since its last extension has passed.
+    let lost = tokio::time::timeout(DEADLINE, held.lost())
+        .await
+        .expect("told of the loss");
+    assert_eq!(lost, LockLost::Expired);
+    server.resume();
+    assert!(a.try_acquire("again").await.is_ok());
+    assert!(matches!(
+        Locker::redis(coord::lock::RedisConfig {
+            request_timeout: Duration::from_millis(9),
+            ..coord::lock::RedisConfig::new(server.url())
         }),
         Err(LockError::BadOptions(_))
     ));

@@ -9,13 +9,14 @@
 //! growing even across a restart that lost the counter (Redis without
 //! persistence), as long as the server's clock does not step back.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::lock::{Released, Slots};
 use coord_core::FencingToken;
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
 use super::watchdog::Watchdog;
@@ -33,6 +34,10 @@ pub struct RedisConfig {
     pub ttl: Duration,
     /// Prefix of every key. Default `coord:lock:`.
     pub prefix: String,
+    /// How long one request may wait for the server (connecting
+    /// included) before it fails with [`LockError::Backend`]; an extension
+    /// waits a third of the TTL at most. Default 2 s; 10 ms to 5 min.
+    pub request_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -43,6 +48,7 @@ impl RedisConfig {
             slots: Slots::ONE,
             ttl: Duration::from_secs(10),
             prefix: "coord:lock:".into(),
+            request_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -57,6 +63,7 @@ pub struct RedisLocks {
     slots: Slots,
     ttl: Duration,
     prefix: String,
+    request_timeout: Duration,
 }
 
 const ACQUIRE: &str = r"
@@ -94,6 +101,22 @@ fn backend(e: impl std::fmt::Display) -> LockError {
     }
 }
 
+/// Waits for `request` at most `within`: a server that does not answer in
+/// time (stopped, cut off, or still being reconnected to) is an error like
+/// any other, not a wait without end.
+async fn bounded<T>(
+    within: Duration,
+    request: impl Future<Output = redis::RedisResult<T>>,
+) -> Result<T, LockError> {
+    match tokio::time::timeout(within, request).await {
+        Ok(answer) => answer.map_err(backend),
+        Err(_) => Err(LockError::Backend {
+            backend: "redis",
+            message: format!("no answer within {within:?}"),
+        }),
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -121,6 +144,14 @@ impl RedisLocks {
                 config.ttl
             )));
         }
+        if config.request_timeout < Duration::from_millis(10)
+            || config.request_timeout > Duration::from_secs(300)
+        {
+            return Err(LockError::BadOptions(format!(
+                "the redis request timeout must be 10 ms to 5 min, got {:?}",
+                config.request_timeout
+            )));
+        }
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| LockError::BadOptions(format!("redis url: {e}")))?;
         Ok(RedisLocks {
@@ -129,7 +160,21 @@ impl RedisLocks {
             slots: config.slots,
             ttl: config.ttl,
             prefix: config.prefix,
+            request_timeout: config.request_timeout,
         })
+    }
+
+    /// The connection manager's settings. Its defaults retry a lost
+    /// connection for minutes (redis 0.27 waits up to a minute between
+    /// tries), and every request made meanwhile waits for that: here a
+    /// reconnection gives up within seconds, and each try is bounded by
+    /// the request timeout.
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_number_of_retries(2)
+            .set_max_delay(500)
+            .set_connection_timeout(self.request_timeout)
+            .set_response_timeout(self.request_timeout)
     }
 
     fn slot_key(&self, name: &str, slot: u32) -> String {
@@ -141,26 +186,21 @@ impl RedisLocks {
     }
 
     pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
-        let mut conn = self
-            .conn
-            .get_or_try_init(|| ConnectionManager::new(self.client.clone()))
-            .await
-            .map_err(backend)?
-            .clone();
+        let connect = self.conn.get_or_try_init(|| {
+            ConnectionManager::new_with_config(self.client.clone(), self.manager_config())
+        });
+        let mut conn = bounded(self.request_timeout, connect).await?.clone();
         let value = unique_value();
         let token_key = format!("{}{name}/token", self.prefix);
         for slot in 0..self.slots.get() {
             let key = self.slot_key(name, slot);
-            let token: i64 = redis::Script::new(ACQUIRE)
-                .key(&key)
-                .key(&token_key)
-                .arg(&value)
-                .arg(millis(self.ttl))
-                .invoke_async(&mut conn)
-                .await
-                .map_err(backend)?;
+            let script = redis::Script::new(ACQUIRE);
+            let mut invocation = script.key(&key);
+            invocation.key(&token_key).arg(&value).arg(millis(self.ttl));
+            let token: i64 =
+                bounded(self.request_timeout, invocation.invoke_async(&mut conn)).await?;
             if token > 0 {
-                let hold = RedisHold::start(conn, key, value, self.ttl);
+                let hold = RedisHold::start(conn, key, value, self.ttl, self.request_timeout);
                 return Ok(Holder {
                     name: name.to_string(),
                     slot,
@@ -190,6 +230,7 @@ pub(super) struct RedisHold {
     key: String,
     value: String,
     ttl: Duration,
+    request_timeout: Duration,
     /// The extender: fires when the key is found gone or changed, or etcd
     /// stayed unreachable past the TTL since the last extension.
     refresher: Watchdog,
@@ -206,31 +247,52 @@ impl std::fmt::Debug for RedisHold {
     }
 }
 
+/// Extends `key` to `ttl` if it still holds `value`; waits for the answer
+/// a third of the TTL at most (the next extension is due then), and the
+/// request timeout if that is shorter.
 async fn extend(
     conn: &mut ConnectionManager,
     key: &str,
     value: &str,
     ttl: Duration,
+    request_timeout: Duration,
 ) -> Result<bool, LockError> {
-    let extended: i64 = redis::Script::new(EXTEND)
-        .key(key)
-        .arg(value)
-        .arg(millis(ttl))
-        .invoke_async(conn)
-        .await
-        .map_err(backend)?;
+    let script = redis::Script::new(EXTEND);
+    let mut invocation = script.key(key);
+    invocation.arg(value).arg(millis(ttl));
+    let within = request_timeout.min(ttl / 3);
+    let extended: i64 = bounded(within, invocation.invoke_async(conn)).await?;
     Ok(extended == 1)
 }
 
+/// Deletes `key` if it still holds `value`: 1 if it did.
+async fn release(
+    conn: &mut ConnectionManager,
+    key: &str,
+    value: &str,
+    request_timeout: Duration,
+) -> Result<i64, LockError> {
+    let script = redis::Script::new(RELEASE);
+    let mut invocation = script.key(key);
+    invocation.arg(value);
+    bounded(request_timeout, invocation.invoke_async(conn)).await
+}
+
 impl RedisHold {
-    fn start(conn: ConnectionManager, key: String, value: String, ttl: Duration) -> RedisHold {
+    fn start(
+        conn: ConnectionManager,
+        key: String,
+        value: String,
+        ttl: Duration,
+        request_timeout: Duration,
+    ) -> RedisHold {
         let mut c = conn.clone();
         let (k, v) = (key.clone(), value.clone());
         let refresher = Watchdog::spawn(async move {
             let mut confirmed = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(ttl / 3).await;
-                match extend(&mut c, &k, &v, ttl).await {
+                match extend(&mut c, &k, &v, ttl, request_timeout).await {
                     Ok(true) => confirmed = tokio::time::Instant::now(),
                     Ok(false) => break,
                     // Unreachable: the key may live on until its TTL
@@ -248,6 +310,7 @@ impl RedisHold {
             key,
             value,
             ttl,
+            request_timeout,
             refresher,
             released: false,
         }
@@ -262,12 +325,7 @@ impl RedisHold {
         if self.refresher.has_fired() {
             return Ok(Released::AlreadyGone);
         }
-        let deleted: i64 = redis::Script::new(RELEASE)
-            .key(&self.key)
-            .arg(&self.value)
-            .invoke_async(&mut self.conn)
-            .await
-            .map_err(backend)?;
+        let deleted = release(&mut self.conn, &self.key, &self.value, self.request_timeout).await?;
         Ok(if deleted == 1 {
             Released::Released
         } else {
@@ -276,7 +334,16 @@ impl RedisHold {
     }
 
     pub(super) async fn extend(&mut self) -> Result<(), LockError> {
-        if !self.released && extend(&mut self.conn, &self.key, &self.value, self.ttl).await? {
+        if !self.released
+            && extend(
+                &mut self.conn,
+                &self.key,
+                &self.value,
+                self.ttl,
+                self.request_timeout,
+            )
+            .await?
+        {
             Ok(())
         } else {
             Err(LockError::Lost(LockLost::TakenOver))
@@ -298,14 +365,10 @@ impl Drop for RedisHold {
         // Released in the background; else the key expires.
         let mut conn = self.conn.clone();
         let (key, value) = (self.key.clone(), self.value.clone());
+        let request_timeout = self.request_timeout;
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let released: Result<i64, _> = redis::Script::new(RELEASE)
-                    .key(&key)
-                    .arg(&value)
-                    .invoke_async(&mut conn)
-                    .await;
-                if let Err(e) = released {
+                if let Err(e) = release(&mut conn, &key, &value, request_timeout).await {
                     tracing::warn!(%key, error = %e, "redis lock not released: it expires");
                 }
             });
