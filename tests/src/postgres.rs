@@ -133,7 +133,25 @@ impl PostgresServer {
         self.run().await;
     }
 
+    /// SIGSTOP the postmaster (a stall: its port still accepts, no new
+    /// session starts).
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`PostgresServer::pause`].
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT);
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
     fn stop(&mut self, signal: Signal) {
+        self.resume();
         if let Some(mut child) = self.child.take() {
             if let Ok(pid) = i32::try_from(child.id()) {
                 let _ = kill(Pid::from_raw(pid), signal);

@@ -933,6 +933,30 @@ async fn postgres_locks_keep_the_contract_and_tokens_survive_a_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_postgres_server_is_refused_within_the_request_timeout() {
+    init_tracing();
+    let server = PostgresServer::start().await;
+    let a = Locker::postgres(coord::lock::PostgresConfig {
+        request_timeout: Duration::from_millis(500),
+        ..coord::lock::PostgresConfig::new(server.url())
+    })
+    .unwrap();
+    // A stall: the port accepts, no session starts.
+    server.pause();
+    refused_as_unreachable(&a, "postgres").await;
+    server.resume();
+    let mut held = a.try_acquire("other").await.unwrap();
+    assert_eq!(held.release().await, Ok(Released::Released));
+    assert!(matches!(
+        Locker::postgres(coord::lock::PostgresConfig {
+            request_timeout: Duration::from_secs(301),
+            ..coord::lock::PostgresConfig::new(server.url())
+        }),
+        Err(LockError::BadOptions(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_hand_a_postgres_lock_over_200_times_and_a_killed_holder_is_dropped() {
     init_tracing();
     let server = PostgresServer::start().await;

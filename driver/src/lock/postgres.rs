@@ -9,6 +9,8 @@
 //! incremented in the holder's session right after it takes the lock: it
 //! is as durable as the database, so it grows across server restarts.
 
+use std::time::Duration;
+
 use coord_core::lock::{Released, Slots};
 use coord_core::FencingToken;
 use tokio_postgres::NoTls;
@@ -24,6 +26,11 @@ pub struct PostgresConfig {
     pub url: String,
     /// Holders per name at once (1: a mutex).
     pub slots: Slots,
+    /// How long an acquire (connecting, locking and counting the token)
+    /// or a release may wait for the server before it fails with
+    /// [`LockError::Backend`]; an acquire that fails so holds nothing.
+    /// Default 5 s; 10 ms to 5 min.
+    pub request_timeout: Duration,
 }
 
 impl PostgresConfig {
@@ -32,6 +39,7 @@ impl PostgresConfig {
         PostgresConfig {
             url: url.into(),
             slots: Slots::ONE,
+            request_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -41,6 +49,7 @@ impl PostgresConfig {
 pub struct PostgresLocks {
     config: tokio_postgres::Config,
     slots: Slots,
+    request_timeout: Duration,
 }
 
 fn backend(e: impl std::fmt::Display) -> LockError {
@@ -48,6 +57,10 @@ fn backend(e: impl std::fmt::Display) -> LockError {
         backend: "postgres",
         message: e.to_string(),
     }
+}
+
+fn no_answer(within: Duration) -> LockError {
+    backend(format!("no answer within {within:?}"))
 }
 
 /// The advisory lock key of `slot` of `name`: FNV-1a over both (two
@@ -73,13 +86,32 @@ impl PostgresLocks {
             .url
             .parse::<tokio_postgres::Config>()
             .map_err(|e| LockError::BadOptions(format!("postgres url: {e}")))?;
+        if config.request_timeout < Duration::from_millis(10)
+            || config.request_timeout > Duration::from_secs(300)
+        {
+            return Err(LockError::BadOptions(format!(
+                "the postgres request timeout must be 10 ms to 5 min, got {:?}",
+                config.request_timeout
+            )));
+        }
         Ok(PostgresLocks {
             config: parsed,
             slots: config.slots,
+            request_timeout: config.request_timeout,
         })
     }
 
+    /// Connects, takes a free slot and counts its token, within the
+    /// request timeout. A server that does not answer in time (stopped, cut
+    /// off) fails the acquire; the connection made so far is dropped,
+    /// which ends its session and any lock it took.
     pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+        tokio::time::timeout(self.request_timeout, self.acquire(name))
+            .await
+            .unwrap_or(Err(no_answer(self.request_timeout)))
+    }
+
+    async fn acquire(&self, name: &str) -> Result<Holder, LockError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
         let connection = Watchdog::spawn(async move {
             if let Err(e) = connection.await {
@@ -91,6 +123,7 @@ impl PostgresLocks {
             connection,
             key: 0,
             released: false,
+            request_timeout: self.request_timeout,
         };
         hold.take(name, self.slots).await
     }
@@ -105,6 +138,7 @@ pub(super) struct PostgresHold {
     connection: Watchdog,
     key: i64,
     released: bool,
+    request_timeout: Duration,
 }
 
 impl PostgresHold {
@@ -156,10 +190,18 @@ impl PostgresHold {
         if std::mem::replace(&mut self.released, true) || self.connection.has_fired() {
             return Ok(Released::AlreadyGone);
         }
-        let row = self
-            .client
-            .query_one("SELECT pg_advisory_unlock($1)", &[&self.key])
-            .await;
+        let unlock = tokio::time::timeout(
+            self.request_timeout,
+            self.client
+                .query_one("SELECT pg_advisory_unlock($1)", &[&self.key]),
+        )
+        .await;
+        let Ok(row) = unlock else {
+            // Ending the connection ends the session, and with it the lock,
+            // once the server notices.
+            self.connection.stop();
+            return Err(no_answer(self.request_timeout));
+        };
         let released = match row {
             Ok(r) => r.try_get::<_, bool>(0).unwrap_or(false),
             // The connection is gone: so is the lock.
