@@ -38,6 +38,8 @@ pub mod observe_checker;
 #[cfg(all(madsim, test))]
 mod observe_options_tests;
 #[cfg(all(madsim, test))]
+mod pool_tests;
+#[cfg(all(madsim, test))]
 mod probe_hub_tests;
 #[cfg(madsim)]
 pub mod process;
