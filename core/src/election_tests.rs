@@ -345,16 +345,7 @@ fn proclaim_and_transactions_are_guarded_by_the_token() {
     );
     let (stream, _) = the_watch(&drain(&mut s));
     // Not leading yet: refused at once, nothing sent.
-    s.handle(
-        t(12),
-        Input::Proclaim {
-            id: ElectionId(1),
-            request: 7,
-            value: b"v2".to_vec(),
-        },
-    )
-    .unwrap();
-    let out = drain(&mut s);
+    let out = proclaim(&mut s, 12, 7, "v2");
     assert_eq!(
         election_events(&out, 1),
         vec![ElectionEvent::Answered {
@@ -423,16 +414,7 @@ fn proclaim_and_transactions_are_guarded_by_the_token() {
         }]
     );
     // etcd refuses the guard (the key is gone): NotLeader, and lost.
-    s.handle(
-        t(16),
-        Input::Proclaim {
-            id: ElectionId(1),
-            request: 9,
-            value: b"v3".to_vec(),
-        },
-    )
-    .unwrap();
-    let (op, txn) = the_txn(&drain(&mut s));
+    let (op, txn) = the_txn(&proclaim(&mut s, 16, 9, "v3"));
     // A proclaim is a put of the value on our key, guarded by the token.
     assert_eq!(
         txn,

@@ -192,6 +192,38 @@ fn joined(op: OpId, succeeded: bool, queue: Vec<KeyValue>, revision: i64) -> Com
     }
 }
 
+/// Campaign 1 asks at `now` to proclaim `value` as request `request`;
+/// everything it issued.
+fn proclaim(s: &mut Session, now: u64, request: u64, value: &str) -> Vec<Output> {
+    s.handle(
+        t(now),
+        Input::Proclaim {
+            id: ElectionId(1),
+            request,
+            value: value.as_bytes().to_vec(),
+        },
+    )
+    .unwrap();
+    drain(s)
+}
+
+/// A session whose campaign 1 (on LEASE, token 20) leads alone since
+/// t = 11.
+fn leading() -> Session {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
+    let _ = drain(&mut s);
+    s
+}
+
+/// Fires the session's next deadline; the one transaction it sent.
+fn next_attempt(s: &mut Session) -> OpId {
+    let at = s.poll_timeout().unwrap();
+    s.handle(at, Input::Timeout).unwrap();
+    the_txn(&drain(s)).0
+}
+
 fn election_events(out: &[Output], id: u64) -> Vec<ElectionEvent> {
     events(out)
         .into_iter()
@@ -402,20 +434,8 @@ fn close_ends_every_campaign_then_revokes_the_lease() {
 
 #[test]
 fn a_session_is_closed_only_once_its_campaigns_requests_are_answered() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
-    s.handle(
-        t(12),
-        Input::Proclaim {
-            id: ElectionId(1),
-            request: 7,
-            value: b"v2".to_vec(),
-        },
-    )
-    .unwrap();
-    let (proclaim, _) = the_txn(&drain(&mut s));
+    let mut s = leading();
+    let (proclaim, _) = the_txn(&proclaim(&mut s, 12, 7, "v2"));
     s.handle(t(13), Input::Close).unwrap();
     let revoke = commands(&drain(&mut s))
         .into_iter()

@@ -195,15 +195,7 @@ fn a_listing_behind_the_view_is_a_restore_when_linearizable() {
     // A compaction resync whose linearizable listing is older than the
     // view: etcd went back (restored from a snapshot while cut off).
     let mut m = watching_a();
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(9),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let _ = stream_closed(&mut m, 5, 2, Failure::Compacted(9));
     page(&mut m, 6, 3, vec![kv("a", "A", 3, 7)], 8, false, A);
     let out = drain(&mut m);
     assert!(out.contains(&ev(Event::Resynced {
@@ -226,15 +218,7 @@ fn serializable_watch_compacted(compacted: i64) -> (Watcher, Vec<Output>) {
     let _ = drain(&mut m);
     page(&mut m, 1, 1, vec![kv("a", "A", 3, 7)], 10, false, A);
     let _ = drain(&mut m);
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(compacted),
-        }),
-    )
-    .unwrap();
-    let out = drain(&mut m);
+    let out = stream_closed(&mut m, 5, 2, Failure::Compacted(compacted));
     (m, out)
 }
 
@@ -502,15 +486,7 @@ fn a_first_page_refused_as_compacted_or_ahead_is_a_failure_not_a_restart() {
 fn a_listing_at_the_views_own_revision_is_no_restore() {
     // Linearizable, after a compaction below the view: etcd has not moved.
     let mut m = watching_a();
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(9),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let _ = stream_closed(&mut m, 5, 2, Failure::Compacted(9));
     page(
         &mut m,
         6,
@@ -627,15 +603,8 @@ fn a_restore_already_past_the_view_is_found_by_the_read_back_before_resuming() {
     // Watching a and b at 10; the stream breaks. Meanwhile etcd was wiped
     // and has moved past revision 10: no header will ever be behind.
     let mut m = watching_a();
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::StreamClosed("etcd restarted".into()),
-        }),
-    )
-    .unwrap();
-    assert!(drain(&mut m).iter().any(is_retrying));
+    let out = stream_closed(&mut m, 5, 2, Failure::StreamClosed("etcd restarted".into()));
+    assert!(out.iter().any(is_retrying));
     let sent = after_retry(&mut m);
     let read_back = cmd(Command::Range {
         op: OpId(3),
@@ -699,29 +668,13 @@ fn a_read_back_ahead_of_etcd_or_compacted_relists_and_a_failed_one_retries() {
     ] {
         let mut m = watching_a();
         header(&mut m, 5, 2, MessageKind::Progress, 10, A);
-        m.handle(
-            t(6),
-            Input::Io(Completion::WatchClosed {
-                stream: OpId(2),
-                failure: Failure::StreamClosed("broken".into()),
-            }),
-        )
-        .unwrap();
-        drain(&mut m);
+        let _ = stream_closed(&mut m, 6, 2, Failure::StreamClosed("broken".into()));
         assert_eq!(after_retry(&mut m).len(), 1);
         failed(&mut m, 400, 3, answer.clone());
         assert_eq!(drain(&mut m), vec![then], "{answer:?}");
     }
     let mut m = watching_a();
-    m.handle(
-        t(6),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::StreamClosed("broken".into()),
-        }),
-    )
-    .unwrap();
-    drain(&mut m);
+    let _ = stream_closed(&mut m, 6, 2, Failure::StreamClosed("broken".into()));
     after_retry(&mut m);
     failed(&mut m, 400, 3, Failure::Unavailable("refused".into()));
     let out = drain(&mut m);
@@ -815,15 +768,7 @@ fn a_watch_answered_by_another_cluster_after_an_outage_is_checked_at_the_first_a
     // 1 s.
     let mut m = watching_a();
     let no_leader = || Failure::Unavailable("etcdserver: no leader".into());
-    m.handle(
-        t(100),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: no_leader(),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let _ = stream_closed(&mut m, 100, 2, no_leader());
     // Each retry reads the view back first; refused four more times.
     let mut sent = after_retry(&mut m);
     for k in 0..4 {

@@ -70,15 +70,7 @@ fn strays_leave_the_watcher_alone_at_every_step() {
     );
     // A progress answer awaited.
     strays_leave_it_alone(&mut m, 10_005);
-    m.handle(
-        t(10_006),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Unavailable("cut".into()),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let _ = stream_closed(&mut m, 10_006, 2, Failure::Unavailable("cut".into()));
     // Waiting to resume.
     strays_leave_it_alone(&mut m, 10_007);
     let at = m.poll_timeout().unwrap();
@@ -108,15 +100,7 @@ fn empty_view_reading_back() -> (Watcher, OpId) {
     listed(&mut m, 1, 1, vec![kv("me", "M", 5, 9)], 10);
     let _ = drain(&mut m);
     message(&mut m, 2, 2, MessageKind::Created, vec![], 10);
-    m.handle(
-        t(3),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Unavailable("cut".into()),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let _ = stream_closed(&mut m, 3, 2, Failure::Unavailable("cut".into()));
     let at = m.poll_timeout().unwrap();
     m.handle(at, Input::Timeout).unwrap();
     let out = drain(&mut m);

@@ -82,6 +82,19 @@ fn message(
     .unwrap();
 }
 
+/// Stream `stream` ends at `now` with `failure`; what the watcher does.
+fn stream_closed(m: &mut Watcher, now: u64, stream: u64, failure: Failure) -> Vec<Output> {
+    m.handle(
+        t(now),
+        Input::Io(Completion::WatchClosed {
+            stream: OpId(stream),
+            failure,
+        }),
+    )
+    .unwrap();
+    drain(m)
+}
+
 fn put(kv: KeyValue, prev: Option<KeyValue>) -> WatchEvent {
     WatchEvent::Put { kv, prev }
 }
@@ -285,15 +298,7 @@ fn a_broken_stream_resumes_from_the_last_revision_and_skips_replays() {
         11,
     );
     let _ = drain(&mut m);
-    m.handle(
-        t(6),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::StreamClosed("h2 error".into()),
-        }),
-    )
-    .unwrap();
-    let out = drain(&mut m);
+    let out = stream_closed(&mut m, 6, 2, Failure::StreamClosed("h2 error".into()));
     assert_eq!(out[0], cmd(Command::CancelWatch { stream: OpId(2) }));
     assert!(matches!(
         &out[1..],
@@ -346,16 +351,8 @@ fn a_broken_stream_resumes_from_the_last_revision_and_skips_replays() {
 #[test]
 fn compaction_relists_and_emits_the_difference() {
     let mut m = watching();
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(40),
-        }),
-    )
-    .unwrap();
     assert_eq!(
-        drain(&mut m),
+        stream_closed(&mut m, 5, 2, Failure::Compacted(40)),
         vec![cmd(Command::CancelWatch { stream: OpId(2) }), range(3)]
     );
     // While away: a went down, b changed, c came up.
@@ -681,15 +678,7 @@ fn a_host_found_recreated_by_a_relist_is_updated() {
     // The same value and lease under a new create revision: the key was
     // deleted and created again while unseen. Not an identical re-put.
     let mut m = watching();
-    m.handle(
-        t(5),
-        Input::Io(Completion::WatchClosed {
-            stream: OpId(2),
-            failure: Failure::Compacted(40),
-        }),
-    )
-    .unwrap();
-    let _ = drain(&mut m);
+    let _ = stream_closed(&mut m, 5, 2, Failure::Compacted(40));
     let recreated = kv("a", "A", 33, 7);
     listed(
         &mut m,
