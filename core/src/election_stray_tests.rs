@@ -58,15 +58,7 @@ fn strays_leave_a_join_and_a_wait_to_rejoin_alone() {
 
 #[test]
 fn strays_leave_a_queued_and_a_leading_campaign_alone() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    let first = kv(LeaseId(0x10), "a", 5);
-    io(
-        &mut s,
-        11,
-        joined(op, true, vec![first.clone(), kv(LEASE, "me", 20)], 20),
-    );
-    let (stream, _) = the_watch(&drain(&mut s));
+    let (mut s, stream, first) = queued_behind_first();
     io(&mut s, 12, created(stream, 20));
     let _ = drain(&mut s);
     strays_leave_it_alone(&mut s, 13);

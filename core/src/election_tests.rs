@@ -335,15 +335,7 @@ fn an_unknown_join_is_retried_with_the_same_idempotent_transaction() {
 
 #[test]
 fn proclaim_and_transactions_are_guarded_by_the_token() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    let first = kv(LeaseId(0x10), "a", 5);
-    io(
-        &mut s,
-        11,
-        joined(op, true, vec![first.clone(), kv(LEASE, "me", 20)], 20),
-    );
-    let (stream, _) = the_watch(&drain(&mut s));
+    let (mut s, stream, first) = queued_behind_first();
     // Not leading yet: refused at once, nothing sent.
     let out = proclaim(&mut s, 12, 7, "v2");
     assert_eq!(
@@ -464,15 +456,7 @@ fn a_predecessor_found_recreated_by_a_relist_no_longer_blocks_the_queue() {
     // identical re-put, kept the old create revision, and the waiter
     // waited forever behind a phantom predecessor (with the new candidate
     // queued behind it: a deadlock).
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    let first = kv(LeaseId(0x10), "a", 5);
-    io(
-        &mut s,
-        11,
-        joined(op, true, vec![first.clone(), kv(LEASE, "me", 20)], 20),
-    );
-    let (stream, _) = the_watch(&drain(&mut s));
+    let (mut s, stream, first) = queued_behind_first();
     io(
         &mut s,
         12,
@@ -659,15 +643,7 @@ fn a_campaign_still_joining_when_the_lease_is_lost_joins_again_with_the_next_lea
     // failing.
     let mut s = session();
     let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(
-        &mut s,
-        11,
-        Completion::KeepAliveReply {
-            stream: OpId(2),
-            ttl_secs: 0,
-        },
-    );
-    let out = drain(&mut s);
+    let out = lease_gone(&mut s, 11);
     assert!(election_events(&out, 1).is_empty(), "not lost: {out:?}");
     assert!(commands(&out).contains(&Command::Abandon { op }));
     assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
@@ -687,15 +663,7 @@ fn a_campaign_still_joining_when_the_lease_is_lost_joins_again_with_the_next_lea
 fn a_try_still_joining_when_the_lease_is_lost_fails_it_is_one_round_trip() {
     let mut s = session();
     let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Try));
-    io(
-        &mut s,
-        11,
-        Completion::KeepAliveReply {
-            stream: OpId(2),
-            ttl_secs: 0,
-        },
-    );
-    let out = drain(&mut s);
+    let out = lease_gone(&mut s, 11);
     assert!(commands(&out).contains(&Command::Abandon { op }));
     assert_eq!(
         election_events(&out, 1),
@@ -925,15 +893,7 @@ fn a_campaign_not_queued_yet_waits_out_a_lost_lease_but_not_a_closed_session() {
     // Waiting to join again when the lease is lost: it waits for the next
     // lease, and says nothing.
     let mut s = rejoining();
-    io(
-        &mut s,
-        2100,
-        Completion::KeepAliveReply {
-            stream: OpId(2),
-            ttl_secs: 0,
-        },
-    );
-    let out = drain(&mut s);
+    let out = lease_gone(&mut s, 2100);
     assert!(election_events(&out, 1).is_empty(), "{out:?}");
     assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
     // The same for a campaign waiting for an earlier one on its name to
@@ -946,15 +906,7 @@ fn a_campaign_not_queued_yet_waits_out_a_lost_lease_but_not_a_closed_session() {
     let _ = drain(&mut s);
     let _ = campaign(&mut s, 13, 2, Mode::Wait);
     assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
-    io(
-        &mut s,
-        14,
-        Completion::KeepAliveReply {
-            stream: OpId(2),
-            ttl_secs: 0,
-        },
-    );
-    let out = drain(&mut s);
+    let out = lease_gone(&mut s, 14);
     assert!(election_events(&out, 2).is_empty(), "{out:?}");
     assert_eq!(s.standing(ElectionId(2)), Standing::Pending);
     reregister(&mut s, LEASE2);

@@ -217,6 +217,35 @@ fn leading() -> Session {
     s
 }
 
+/// etcd answers the session's keep-alive at `now` with TTL 0 (the lease
+/// is gone); what the session does.
+fn lease_gone(s: &mut Session, now: u64) -> Vec<Output> {
+    io(
+        s,
+        now,
+        Completion::KeepAliveReply {
+            stream: OpId(2),
+            ttl_secs: 0,
+        },
+    );
+    drain(s)
+}
+
+/// A session whose campaign 1 (token 20) is queued since t = 11 behind
+/// the first candidate, returned with the queue watch's stream.
+fn queued_behind_first() -> (Session, OpId, KeyValue) {
+    let mut s = session();
+    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
+    let first = kv(LeaseId(0x10), "a", 5);
+    io(
+        &mut s,
+        11,
+        joined(op, true, vec![first.clone(), kv(LEASE, "me", 20)], 20),
+    );
+    let (stream, _) = the_watch(&drain(&mut s));
+    (s, stream, first)
+}
+
 /// Fires the session's next deadline; the one transaction it sent.
 fn next_attempt(s: &mut Session) -> OpId {
     let at = s.poll_timeout().unwrap();
@@ -289,15 +318,7 @@ fn a_lost_lease_ends_every_campaign_and_later_ones_use_the_new_lease() {
     io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
     let _ = drain(&mut s);
     // etcd says the lease is gone (revoked from outside).
-    io(
-        &mut s,
-        12,
-        Completion::KeepAliveReply {
-            stream: OpId(2),
-            ttl_secs: 0,
-        },
-    );
-    let out = drain(&mut s);
+    let out = lease_gone(&mut s, 12);
     assert_eq!(
         election_events(&out, 1),
         vec![ElectionEvent::Lost {
