@@ -3,7 +3,9 @@
 //! metadata up to `MAX_METADATA_LEN` (1 MiB) of JSON and not a byte more;
 //! the key its handle names; what `stop` reports when etcd does not
 //! confirm the revoke; what a handle dropped without `stop` leaves; and
-//! the lease and TTL a session names, and what its close reports.
+//! the lease and TTL a session names, and what its close reports; what a
+//! first registration that fails says (a session and a host alike); and
+//! what a dropped session leaves.
 
 use std::sync::{Arc, Mutex};
 
@@ -26,6 +28,8 @@ struct Recording {
     revokes: Arc<Mutex<u32>>,
     /// When set, every revoke fails (etcd unreachable).
     revokes_fail: bool,
+    /// When set, every grant fails (etcd unreachable).
+    grants_fail: bool,
 }
 
 struct Replies(mpsc::UnboundedReceiver<()>);
@@ -69,6 +73,9 @@ impl EtcdApi for Recording {
         Err(EtcdError::Unavailable("not in this test".into()))
     }
     async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        if self.grants_fail {
+            return Err(EtcdError::Unavailable("etcd is away".into()));
+        }
         Ok(Granted {
             lease: LeaseId(9),
             ttl_secs,
@@ -304,4 +311,46 @@ fn a_session_close_reports_a_revoke_etcd_did_not_confirm() {
         "{closed:?}"
     );
     assert!(is_closed);
+}
+
+#[test]
+fn a_first_registration_that_fails_says_why() {
+    let api = Recording {
+        grants_fail: true,
+        ..Recording::default()
+    };
+    let (session, host) = block_on_within(5, async move {
+        let session = coord::Session::new(api.clone(), coord::SessionOptions::default())
+            .await
+            .err();
+        let meta = HostMetadata::new("h1", "h1.example");
+        let host = HostLiveness::register(api, meta, LivenessOptions::default())
+            .await
+            .err();
+        (session, host)
+    });
+    for (what, e) in [("session", session), ("host", host)] {
+        assert!(
+            matches!(&e, Some(Error::Unreachable(m)) if m == "etcd is away"),
+            "{what}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn a_dropped_session_says_abandoned_and_leaves_its_lease_to_expire() {
+    let api = Recording::default();
+    let revokes = Arc::clone(&api.revokes);
+    let last = block_on_within(6, async move {
+        let session = coord::Session::new(api, coord::SessionOptions::default())
+            .await
+            .ok()?;
+        let mut state = session.state();
+        drop(session);
+        while state.changed().await.is_ok() {}
+        let last = state.borrow().clone();
+        Some(last)
+    });
+    assert_eq!(last, Some(LivenessStatus::Abandoned));
+    assert_eq!(*lock(&revokes), 0, "a dropped session revoked its lease");
 }
