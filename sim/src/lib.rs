@@ -32,6 +32,8 @@ pub mod election_checker;
 pub mod harness;
 #[cfg(madsim)]
 pub mod history;
+#[cfg(all(madsim, test))]
+mod metrics_tests;
 pub mod model;
 #[cfg(madsim)]
 pub mod observe_checker;

@@ -1,11 +1,11 @@
-//! An election pool on the simulated etcd: its numbers, an observer of
-//! one of its elections (which takes the session's request timeout, probe
-//! interval, backoff and seed), and requests asked at once of one
-//! leadership, each answered.
+//! An election pool on the simulated etcd: its numbers (heals
+//! included), an observer of one of its elections (which takes the
+//! session's request timeout, probe interval, backoff and seed), and
+//! requests asked at once of one leadership, each answered.
 
 use std::time::Duration;
 
-use coord::{ElectionPool, SessionOptions};
+use coord::{ElectionPool, EtcdApi, LeaseStatus, SessionOptions};
 
 use crate::test_fakes::{run_beside_etcd, sim_client};
 
@@ -51,4 +51,45 @@ fn a_pool_counts_its_names_serves_observers_and_answers_every_request() {
     assert_eq!(leader.token, token);
     assert!(one.is_ok(), "{one:?}");
     assert!(two.is_ok(), "{two:?}");
+}
+
+#[test]
+fn a_pool_counts_the_heals_of_its_lease() {
+    let outcome = run_beside_etcd(7, |etcd_addr, start| async move {
+        let api = sim_client(etcd_addr, 1, start).await?;
+        let outsider = sim_client(etcd_addr, 2, start).await?;
+        let opts = SessionOptions {
+            seed: Some(7),
+            ..SessionOptions::default()
+        };
+        let pool = ElectionPool::new(api, opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let before = pool.stats().heals;
+        let mut state = pool.session().state();
+        let mut lease = pool.session().lease_id().ok_or("no lease")?;
+        // Twice revoked from outside, twice healed under a new lease.
+        for _ in 0..2 {
+            outsider
+                .lease_revoke(lease)
+                .await
+                .map_err(|e| e.to_string())?;
+            lease = loop {
+                state.changed().await.map_err(|e| e.to_string())?;
+                if let LeaseStatus::Registered { lease: now } = *state.borrow() {
+                    if now != lease {
+                        break now;
+                    }
+                }
+            };
+        }
+        Ok((before, pool.stats()))
+    });
+    let (before, stats) = match outcome {
+        Ok(o) => o,
+        Err(e) => panic!("the run failed: {e}"),
+    };
+    assert_eq!(before, 0);
+    assert_eq!(stats.heals, 2);
+    assert_eq!(stats.leases_held, 1);
 }
