@@ -405,11 +405,8 @@ impl Host<Machine> for SessionHost {
             lease: machine.lease(),
             expires_at: machine.expires_at(),
         };
-        self.deadline.send_if_modified(|d| {
-            let changed = *d != deadline;
-            *d = deadline;
-            changed
-        });
+        // Read with `borrow` only (nothing awaits a change): replaced.
+        self.deadline.send_replace(deadline);
         // A campaign whose phase is final and owes no answer is forgotten;
         // one whose every handle is gone is left. Only an event makes a
         // phase final or answers the last request.
@@ -426,17 +423,9 @@ impl Host<Machine> for SessionHost {
             campaigns: machine.elections(),
             heals: self.heals,
         };
-        self.counters.send_if_modified(|c| {
-            let changed = *c != counters;
-            *c = counters;
-            changed
-        });
+        self.counters.send_replace(counters);
         if matches!(machine.state(), LeaseState::Closed { .. }) {
-            for (_, c) in std::mem::take(&mut self.campaigns) {
-                if !c.phase.borrow().is_over() {
-                    c.phase.send_replace(Phase::Lost(Loss::SessionClosed));
-                }
-            }
+            self.end_campaigns();
         }
     }
 
@@ -445,15 +434,22 @@ impl Host<Machine> for SessionHost {
     }
 
     fn ended(&mut self, _machine: &Machine) {
+        self.end_campaigns();
+    }
+}
+
+impl SessionHost {
+    /// No lease will come: every campaign the machine did not end is lost
+    /// with the session (the machine ends each one before it closes, so
+    /// this is a net for one it missed), and all are forgotten.
+    fn end_campaigns(&mut self) {
         for (_, c) in std::mem::take(&mut self.campaigns) {
             if !c.phase.borrow().is_over() {
                 c.phase.send_replace(Phase::Lost(Loss::SessionClosed));
             }
         }
     }
-}
 
-impl SessionHost {
     fn election_event(&mut self, id: ElectionId, event: ElectionEvent) {
         let Some(c) = self.campaigns.get_mut(&id) else {
             return;
