@@ -63,5 +63,7 @@ mod task_leak_tests;
 mod test_fakes;
 #[cfg(madsim)]
 pub mod watcher_checker;
+#[cfg(all(madsim, test))]
+mod watcher_close_tests;
 #[cfg(madsim)]
 pub mod wire;
