@@ -108,10 +108,7 @@ fn a_key_of_ours_recreated_behind_our_back_ends_the_campaign() {
     // Our key deleted and created again (by another process, or a join
     // retried across a compaction): its create revision, our fencing
     // token, is not ours any more.
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let (stream, _) = the_watch(&drain(&mut s));
+    let (mut s, stream) = leading_watched();
     let recreated = kv(LEASE, "me", 25);
     io(
         &mut s,

@@ -172,10 +172,7 @@ fn a_try_returns_in_one_round_trip_and_leaves_no_key_when_it_loses() {
 
 #[test]
 fn resign_deletes_the_key_only_if_it_is_still_ours() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let (stream, _) = the_watch(&drain(&mut s));
+    let (mut s, stream) = leading_watched();
     s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
     let out = drain(&mut s);
     assert!(commands(&out).contains(&Command::CancelWatch { stream }));
@@ -508,10 +505,7 @@ fn a_leader_is_not_silently_demoted_by_a_key_older_than_its_own() {
     // the machine flipped Leading to Queued without an event, so its caller
     // went on believing it led while `standing` said it did not. Leadership
     // now ends only with the leader's own key.
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let (stream, _) = the_watch(&drain(&mut s));
+    let (mut s, stream) = leading_watched();
     let leading = Standing::Leading {
         key: key_of(LEASE),
         token: FencingToken(20),
@@ -600,10 +594,7 @@ fn a_losing_try_that_finds_a_stale_key_of_its_own_ends_once_and_cleans_up_quietl
 fn a_campaign_on_a_name_still_being_left_waits_for_the_leave() {
     // A user drops a campaign and campaigns again at once: the new one
     // waits for the old key's delete instead of failing.
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
+    let mut s = leading();
     s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
     let (del, _) = the_txn(&drain(&mut s));
     let out = campaign(&mut s, 13, 2, Mode::Wait);
@@ -898,10 +889,7 @@ fn a_campaign_not_queued_yet_waits_out_a_lost_lease_but_not_a_closed_session() {
     assert_eq!(s.standing(ElectionId(1)), Standing::Pending);
     // The same for a campaign waiting for an earlier one on its name to
     // be left: it waits out the lost lease, then joins with the next.
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
+    let mut s = leading();
     s.handle(t(12), Input::Leave { id: ElectionId(1) }).unwrap();
     let _ = drain(&mut s);
     let _ = campaign(&mut s, 13, 2, Mode::Wait);

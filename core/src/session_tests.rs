@@ -210,11 +210,16 @@ fn proclaim(s: &mut Session, now: u64, request: u64, value: &str) -> Vec<Output>
 /// A session whose campaign 1 (on LEASE, token 20) leads alone since
 /// t = 11.
 fn leading() -> Session {
+    leading_watched().0
+}
+
+/// [`leading`], with the stream of its queue's watch.
+fn leading_watched() -> (Session, OpId) {
     let mut s = session();
     let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
     io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
-    s
+    let (stream, _) = the_watch(&drain(&mut s));
+    (s, stream)
 }
 
 /// etcd answers the session's keep-alive at `now` with TTL 0 (the lease
@@ -313,10 +318,7 @@ fn candidate_keys_are_go_concurrency_keys() {
 
 #[test]
 fn a_lost_lease_ends_every_campaign_and_later_ones_use_the_new_lease() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
+    let mut s = leading();
     // etcd says the lease is gone (revoked from outside).
     let out = lease_gone(&mut s, 12);
     assert_eq!(
@@ -350,10 +352,7 @@ fn a_lost_lease_ends_every_campaign_and_later_ones_use_the_new_lease() {
 
 #[test]
 fn a_lease_lost_by_its_deadline_is_revoked_so_its_keys_block_nobody() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
+    let mut s = leading();
     // No keep-alive reply at all: the deadline passes.
     let mut revoked = false;
     let mut lost = false;
@@ -407,10 +406,7 @@ fn one_campaign_per_name_and_ids_are_never_reused() {
 
 #[test]
 fn close_ends_every_campaign_then_revokes_the_lease() {
-    let mut s = session();
-    let (op, _) = the_txn(&campaign(&mut s, 10, 1, Mode::Wait));
-    io(&mut s, 11, joined(op, true, vec![kv(LEASE, "me", 20)], 20));
-    let _ = drain(&mut s);
+    let mut s = leading();
     s.handle(t(12), Input::Close).unwrap();
     let out = drain(&mut s);
     assert_eq!(
