@@ -253,6 +253,27 @@ impl Locker {
     }
 }
 
+/// A server backend's request timeout, 10 ms to 5 min; else
+/// [`LockError::BadOptions`] naming `backend`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn check_request_timeout(backend: &str, timeout: Duration) -> Result<(), LockError> {
+    if timeout < Duration::from_millis(10) || timeout > Duration::from_secs(300) {
+        return Err(LockError::BadOptions(format!(
+            "the {backend} request timeout must be 10 ms to 5 min, got {timeout:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// The error of a server backend that gave no answer within `within`.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn no_answer(backend: &'static str, within: Duration) -> LockError {
+    LockError::Backend {
+        backend,
+        message: format!("no answer within {within:?}"),
+    }
+}
+
 /// Completes once `signal` turns true (a hold's loss, set by its
 /// refresher or connection task); never if its sender is gone first (the
 /// hold was released).

@@ -59,10 +59,6 @@ fn backend(e: impl std::fmt::Display) -> LockError {
     }
 }
 
-fn no_answer(within: Duration) -> LockError {
-    backend(format!("no answer within {within:?}"))
-}
-
 /// The advisory lock key of `slot` of `name`: FNV-1a over both (two
 /// names sharing a key, at odds of 2^-64, would exclude each other).
 fn advisory_key(name: &str, slot: u32) -> i64 {
@@ -86,14 +82,7 @@ impl PostgresLocks {
             .url
             .parse::<tokio_postgres::Config>()
             .map_err(|e| LockError::BadOptions(format!("postgres url: {e}")))?;
-        if config.request_timeout < Duration::from_millis(10)
-            || config.request_timeout > Duration::from_secs(300)
-        {
-            return Err(LockError::BadOptions(format!(
-                "the postgres request timeout must be 10 ms to 5 min, got {:?}",
-                config.request_timeout
-            )));
-        }
+        super::check_request_timeout("postgres", config.request_timeout)?;
         Ok(PostgresLocks {
             config: parsed,
             slots: config.slots,
@@ -108,7 +97,7 @@ impl PostgresLocks {
     pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
         tokio::time::timeout(self.request_timeout, self.acquire(name))
             .await
-            .unwrap_or(Err(no_answer(self.request_timeout)))
+            .unwrap_or(Err(super::no_answer("postgres", self.request_timeout)))
     }
 
     async fn acquire(&self, name: &str) -> Result<Holder, LockError> {
@@ -200,7 +189,7 @@ impl PostgresHold {
             // Ending the connection ends the session, and with it the lock,
             // once the server notices.
             self.connection.stop();
-            return Err(no_answer(self.request_timeout));
+            return Err(super::no_answer("postgres", self.request_timeout));
         };
         let released = match row {
             Ok(r) => r.try_get::<_, bool>(0).unwrap_or(false),

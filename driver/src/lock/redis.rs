@@ -110,10 +110,7 @@ async fn bounded<T>(
 ) -> Result<T, LockError> {
     match tokio::time::timeout(within, request).await {
         Ok(answer) => answer.map_err(backend),
-        Err(_) => Err(LockError::Backend {
-            backend: "redis",
-            message: format!("no answer within {within:?}"),
-        }),
+        Err(_) => Err(super::no_answer("redis", within)),
     }
 }
 
@@ -144,14 +141,7 @@ impl RedisLocks {
                 config.ttl
             )));
         }
-        if config.request_timeout < Duration::from_millis(10)
-            || config.request_timeout > Duration::from_secs(300)
-        {
-            return Err(LockError::BadOptions(format!(
-                "the redis request timeout must be 10 ms to 5 min, got {:?}",
-                config.request_timeout
-            )));
-        }
+        super::check_request_timeout("redis", config.request_timeout)?;
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| LockError::BadOptions(format!("redis url: {e}")))?;
         Ok(RedisLocks {
