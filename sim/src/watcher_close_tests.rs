@@ -1,9 +1,11 @@
 //! Closing a host watcher: from elsewhere with a closer (then `wait`
 //! returns only once its loop has ended, its status then closed), or with
 //! `close`, which returns once the loop ended; on a loop of its own or
-//! run by the consumer's calls (`Driving::InNext`).
+//! run by the consumer's calls (`Driving::InNext`). What was buffered
+//! for the consumer before the close is still taken.
 
-use coord::{Driving, HostWatcher, ViewStatus, WatcherOptions};
+use coord::{Driving, EtcdApi, HostEvent, HostWatcher, Key, LeaseId, ViewStatus, WatcherOptions};
+use coord_core::io::{Txn, TxnOp};
 
 use crate::test_fakes::{run_beside_etcd, sim_client};
 
@@ -66,6 +68,69 @@ fn a_closer_ends_the_watcher_and_wait_returns_once_its_loop_ended() {
                 "{case}: returned before the loop ended"
             );
             assert_eq!(next, None, "{case}: events after close");
+        }
+    }
+}
+
+/// Hosts listed by the first snapshot of the last test: more than the
+/// run loop's turns between two yields (64), so that a loop handing
+/// the consumer one event per turn would not have handed it them all
+/// when `new` returns.
+const SNAPSHOT_HOSTS: usize = 100;
+
+/// What `next` yields of a watcher driven `driving` over a prefix of
+/// [`SNAPSHOT_HOSTS`] hosts, closed as soon as `new` returns: each
+/// event's kind and host.
+fn taken_after_an_early_close(driving: Driving) -> Result<Vec<String>, String> {
+    run_beside_etcd(11, move |etcd_addr, start| async move {
+        let api = sim_client(etcd_addr, 1, start).await?;
+        let puts = (0..SNAPSHOT_HOSTS)
+            .map(|i| TxnOp::Put {
+                key: Key(format!("/coord/hosts/h{i:03}").into_bytes()),
+                value: b"{}".to_vec(),
+                lease: LeaseId(0),
+            })
+            .collect();
+        api.txn(Txn {
+            compares: Vec::new(),
+            success: puts,
+            failure: Vec::new(),
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        let opts = WatcherOptions {
+            driving,
+            buffer: 4 * SNAPSHOT_HOSTS,
+            ..WatcherOptions::default()
+        };
+        let mut watcher = HostWatcher::<serde_json::Value>::new(api, opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        watcher.close().await;
+        let mut taken = Vec::new();
+        while let Some(event) = watcher.next().await {
+            taken.push(match event {
+                HostEvent::Up { host, .. } => format!("up {host}"),
+                HostEvent::Synced { .. } => "synced".to_string(),
+                other => format!("{other:?}"),
+            });
+        }
+        Ok(taken)
+    })
+}
+
+/// `new` returns once the first snapshot is in: by then its events are
+/// buffered for the consumer (the buffer has room for them all), so a
+/// close right after loses none of them: every host's `Up`, in key
+/// order, then `Synced`, then the end.
+#[test]
+fn a_snapshot_buffered_before_a_close_is_still_taken() {
+    let mut expected: Vec<String> = (0..SNAPSHOT_HOSTS).map(|i| format!("up h{i:03}")).collect();
+    expected.push("synced".to_string());
+    for driving in [Driving::Background, Driving::InNext] {
+        match taken_after_an_early_close(driving) {
+            Ok(taken) => assert_eq!(taken, expected, "{driving:?}"),
+            Err(e) => panic!("the run failed ({driving:?}): {e}"),
         }
     }
 }
