@@ -61,6 +61,8 @@ pub mod server;
 mod task_leak_tests;
 #[cfg(all(madsim, test))]
 mod test_fakes;
+#[cfg(all(madsim, test))]
+mod watcher_backpressure_tests;
 #[cfg(madsim)]
 pub mod watcher_checker;
 #[cfg(all(madsim, test))]

@@ -1,0 +1,89 @@
+//! A host watcher whose consumer takes nothing holds back: once its
+//! channel (`buffer` events) is full and `buffer` more wait beside it,
+//! etcd's stream is read no further, so the view stops there too. Nothing
+//! is lost: once the consumer reads, every change arrives, in order.
+
+use std::time::Duration;
+
+use coord::{EtcdApi, HostEvent, HostWatcher, Key, LeaseId, WatcherOptions};
+use coord_core::io::{Txn, TxnOp};
+
+use crate::test_fakes::{run_beside_etcd, sim_client};
+
+/// The watcher's buffer in this test.
+const BUFFER: usize = 4;
+
+/// Hosts put, one at a time, while the consumer takes nothing: far more
+/// than the watcher may hold back.
+const HOSTS: usize = 20;
+
+/// What a stalled consumer's watcher did: the hosts in its view while
+/// nothing was taken, then, once the consumer read, each event's kind
+/// and host, and the view's size at the end.
+type Stalled = (usize, Vec<String>, usize);
+
+fn stalled_then_read() -> Result<Stalled, String> {
+    run_beside_etcd(12, |etcd_addr, start| async move {
+        let api = sim_client(etcd_addr, 1, start).await?;
+        let writer = sim_client(etcd_addr, 2, start).await?;
+        let opts = WatcherOptions {
+            buffer: BUFFER,
+            ..WatcherOptions::default()
+        };
+        let mut watcher = HostWatcher::<serde_json::Value>::new(api, opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        for i in 0..HOSTS {
+            // Apart, so that each change comes in a watch message of its
+            // own.
+            writer
+                .txn(Txn {
+                    compares: Vec::new(),
+                    success: vec![TxnOp::Put {
+                        key: Key(format!("/coord/hosts/h{i:02}").into_bytes()),
+                        value: b"{}".to_vec(),
+                        lease: LeaseId(0),
+                    }],
+                    failure: Vec::new(),
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            madsim::time::sleep(Duration::from_millis(50)).await;
+        }
+        madsim::time::sleep(Duration::from_secs(1)).await;
+        let held_back = watcher.view().len();
+        let mut taken = Vec::new();
+        while taken.len() < HOSTS + 1 {
+            let Some(event) = watcher.next().await else {
+                break;
+            };
+            taken.push(match event {
+                HostEvent::Up { host, .. } => format!("up {host}"),
+                HostEvent::Synced { .. } => "synced".to_string(),
+                other => format!("{other:?}"),
+            });
+        }
+        let seen = watcher.view().len();
+        watcher.close().await;
+        Ok((held_back, taken, seen))
+    })
+}
+
+#[test]
+fn a_stalled_consumer_holds_the_watcher_back_and_loses_nothing() {
+    let (held_back, taken, seen) = match stalled_then_read() {
+        Ok(s) => s,
+        Err(e) => panic!("the run failed: {e}"),
+    };
+    // The channel holds `Synced` and BUFFER - 1 changes, and BUFFER more
+    // wait beside it: the stream was read that far and no further.
+    assert_eq!(
+        held_back,
+        2 * BUFFER - 1,
+        "hosts applied while the consumer took nothing"
+    );
+    let mut expected = vec!["synced".to_string()];
+    expected.extend((0..HOSTS).map(|i| format!("up h{i:02}")));
+    assert_eq!(taken, expected, "what the consumer read");
+    assert_eq!(seen, HOSTS, "the view once the consumer read");
+}
