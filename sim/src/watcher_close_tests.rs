@@ -134,3 +134,31 @@ fn a_snapshot_buffered_before_a_close_is_still_taken() {
         }
     }
 }
+
+/// A watcher dropped with its status still held by someone: the status
+/// ends `Closed` (its loop ends and says so), not stuck at `Watching`.
+#[test]
+fn a_dropped_watcher_says_closed() {
+    let outcome = run_beside_etcd(13, |etcd_addr, start| async move {
+        let api = sim_client(etcd_addr, 1, start).await?;
+        let mut watcher = HostWatcher::<serde_json::Value>::new(api, WatcherOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let _synced = watcher.next().await;
+        let mut status = watcher.status();
+        let watching = status.borrow().clone();
+        drop(watcher);
+        // Err: the loop ended without saying Closed.
+        let closed = status.wait_for(|s| *s == ViewStatus::Closed).await.is_ok();
+        Ok((watching, closed))
+    });
+    let (watching, closed) = match outcome {
+        Ok(o) => o,
+        Err(e) => panic!("the run failed: {e}"),
+    };
+    assert!(
+        matches!(watching, ViewStatus::Watching { .. }),
+        "before the drop: {watching:?}"
+    );
+    assert!(closed, "the dropped watcher's status did not end Closed");
+}
