@@ -296,3 +296,38 @@ impl Delivered {
         })
     }
 }
+
+/// Puts each of `hosts` under the default prefix (`{}`, no lease) in one
+/// transaction through `api`; returns the revision it made.
+pub(crate) async fn put_hosts<A: coord::EtcdApi>(
+    api: &A,
+    hosts: impl IntoIterator<Item = String>,
+) -> Result<coord::Revision, String> {
+    let success = hosts
+        .into_iter()
+        .map(|h| coord_core::io::TxnOp::Put {
+            key: coord::Key(format!("/coord/hosts/{h}").into_bytes()),
+            value: b"{}".to_vec(),
+            lease: coord::LeaseId(0),
+        })
+        .collect();
+    let txn = coord_core::io::Txn {
+        compares: Vec::new(),
+        success,
+        failure: Vec::new(),
+    };
+    api.txn(txn)
+        .await
+        .map(|r| r.revision)
+        .map_err(|e| e.to_string())
+}
+
+/// A host event as the watcher tests compare it: `up <host>`, `synced`,
+/// or its Debug text.
+pub(crate) fn event_label(event: coord::HostEvent<serde_json::Value>) -> String {
+    match event {
+        coord::HostEvent::Up { host, .. } => format!("up {host}"),
+        coord::HostEvent::Synced { .. } => "synced".to_string(),
+        other => format!("{other:?}"),
+    }
+}

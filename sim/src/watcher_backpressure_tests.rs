@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use coord::{EtcdApi, HostEvent, HostWatcher, Key, LeaseId, Revision, ViewStatus, WatcherOptions};
-use coord_core::io::{Txn, TxnOp};
+use coord::{HostWatcher, Revision, ViewStatus, WatcherOptions};
 
-use crate::test_fakes::{run_beside_etcd, sim_client};
+use crate::test_fakes::{event_label, put_hosts, run_beside_etcd, sim_client};
 
 /// The watcher's buffer in this test.
 const BUFFER: usize = 4;
@@ -45,19 +44,7 @@ fn stalled_then_read() -> Result<Stalled, String> {
         for i in 0..HOSTS {
             // Apart, so that each change comes in a watch message of its
             // own.
-            let put = writer
-                .txn(Txn {
-                    compares: Vec::new(),
-                    success: vec![TxnOp::Put {
-                        key: Key(format!("/coord/hosts/h{i:02}").into_bytes()),
-                        value: b"{}".to_vec(),
-                        lease: LeaseId(0),
-                    }],
-                    failure: Vec::new(),
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            revisions.push(put.revision);
+            revisions.push(put_hosts(&writer, [format!("h{i:02}")]).await?);
             madsim::time::sleep(Duration::from_millis(50)).await;
         }
         madsim::time::sleep(Duration::from_secs(1)).await;
@@ -67,11 +54,7 @@ fn stalled_then_read() -> Result<Stalled, String> {
             let Some(event) = watcher.next().await else {
                 break;
             };
-            taken.push(match event {
-                HostEvent::Up { host, .. } => format!("up {host}"),
-                HostEvent::Synced { .. } => "synced".to_string(),
-                other => format!("{other:?}"),
-            });
+            taken.push(event_label(event));
         }
         let seen = (watcher.view().len(), watcher.status().borrow().clone());
         watcher.close().await;

@@ -4,10 +4,9 @@
 //! run by the consumer's calls (`Driving::InNext`). What was buffered
 //! for the consumer before the close is still taken.
 
-use coord::{Driving, EtcdApi, HostEvent, HostWatcher, Key, LeaseId, ViewStatus, WatcherOptions};
-use coord_core::io::{Txn, TxnOp};
+use coord::{Driving, HostWatcher, ViewStatus, WatcherOptions};
 
-use crate::test_fakes::{run_beside_etcd, sim_client};
+use crate::test_fakes::{event_label, put_hosts, run_beside_etcd, sim_client};
 
 /// How a test closes the watcher.
 #[derive(Clone, Copy, Debug)]
@@ -84,20 +83,7 @@ const SNAPSHOT_HOSTS: usize = 100;
 fn taken_after_an_early_close(driving: Driving) -> Result<Vec<String>, String> {
     run_beside_etcd(11, move |etcd_addr, start| async move {
         let api = sim_client(etcd_addr, 1, start).await?;
-        let puts = (0..SNAPSHOT_HOSTS)
-            .map(|i| TxnOp::Put {
-                key: Key(format!("/coord/hosts/h{i:03}").into_bytes()),
-                value: b"{}".to_vec(),
-                lease: LeaseId(0),
-            })
-            .collect();
-        api.txn(Txn {
-            compares: Vec::new(),
-            success: puts,
-            failure: Vec::new(),
-        })
-        .await
-        .map_err(|e| e.to_string())?;
+        put_hosts(&api, (0..SNAPSHOT_HOSTS).map(|i| format!("h{i:03}"))).await?;
         let opts = WatcherOptions {
             driving,
             buffer: 4 * SNAPSHOT_HOSTS,
@@ -109,11 +95,7 @@ fn taken_after_an_early_close(driving: Driving) -> Result<Vec<String>, String> {
         watcher.close().await;
         let mut taken = Vec::new();
         while let Some(event) = watcher.next().await {
-            taken.push(match event {
-                HostEvent::Up { host, .. } => format!("up {host}"),
-                HostEvent::Synced { .. } => "synced".to_string(),
-                other => format!("{other:?}"),
-            });
+            taken.push(event_label(event));
         }
         Ok(taken)
     })
