@@ -917,21 +917,28 @@ impl Mirror {
     /// even with the same value and lease: an election queue orders by
     /// create revision.
     fn apply_put(&mut self, kv: KeyValue, revision: Revision) {
-        match self.view.get(&kv.key) {
+        // One search of the view; a known key's entry is replaced in
+        // place, its old kv moved out as the previous (no copy of it, nor
+        // of the key).
+        let previous = match self.view.get_mut(&kv.key) {
             Some(old)
                 if old.value == kv.value
                     && old.lease == kv.lease
-                    && old.create_revision == kv.create_revision => {}
-            old => {
-                let previous = old.cloned();
-                self.view.insert(kv.key.clone(), kv.clone());
-                self.change(Change::Put {
-                    kv,
-                    previous,
-                    revision,
-                });
+                    && old.create_revision == kv.create_revision =>
+            {
+                return;
             }
-        }
+            Some(old) => Some(std::mem::replace(old, kv.clone())),
+            None => {
+                self.view.insert(kv.key.clone(), kv.clone());
+                None
+            }
+        };
+        self.change(Change::Put {
+            kv,
+            previous,
+            revision,
+        });
     }
 
     /// True if the filter keeps `key` (reporting it as ignored if not, and

@@ -418,6 +418,16 @@ struct WatcherHost<M> {
 }
 
 impl<M> WatcherHost<M> {
+    /// Puts `host`'s record into the view; returns the one it replaces.
+    /// A known host's entry is replaced in place (no copy of its id).
+    fn keep(&self, host: &str, record: HostRecord<M>) -> Option<HostRecord<M>> {
+        let mut view = lock(&self.view);
+        match view.get_mut(host) {
+            Some(known) => Some(std::mem::replace(known, record)),
+            None => view.insert(host.to_owned(), record),
+        }
+    }
+
     /// Hands the consumer, in order, as many waiting events as its buffer
     /// takes now; the rest wait. A consumer gone takes nothing more.
     fn flush(&mut self) {
@@ -456,7 +466,7 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
         let out = match event {
             Event::Up { host, kv, revision } => {
                 let record = HostRecord::from_kv(kv);
-                lock(&self.view).insert(host.clone(), record.clone());
+                self.keep(&host, record.clone());
                 HostEvent::Up {
                     host,
                     record,
@@ -470,7 +480,7 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
                 revision,
             } => {
                 let record = HostRecord::from_kv(kv);
-                let known = lock(&self.view).insert(host.clone(), record.clone());
+                let known = self.keep(&host, record.clone());
                 HostEvent::Updated {
                     host,
                     record,
