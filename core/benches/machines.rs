@@ -56,7 +56,7 @@ fn watching() -> Watcher {
     let mut m = Watcher::new(WatcherConfig::new(Key(PREFIX.to_vec()), 1)).unwrap();
     m.handle(Instant::from_millis(0), Input::Start).unwrap();
     while m.poll().is_some() {}
-    let kvs = (0..HOSTS).map(|h| kv(h, 0, 2)).collect();
+    let kvs: Vec<_> = (0..HOSTS).map(|h| kv(h, 0, 2)).collect();
     m.handle(
         Instant::from_millis(1),
         Input::Io(Completion::Listed {
@@ -64,6 +64,7 @@ fn watching() -> Watcher {
             outcome: Outcome::Ok(Listing {
                 cluster: ClusterId::default(),
                 more: false,
+                count: u64::try_from(kvs.len()).unwrap_or(0),
                 kvs,
                 revision: Revision(10),
             }),

@@ -120,12 +120,78 @@ impl BackoffConfig {
     }
 }
 
+/// The retries of a failure that lasts this many attempts or more land on
+/// the fleet's slot (see [`Slot`]); the first ones, which heal a fault of
+/// this host alone, are not held back.
+pub const SLOTTED_FROM_ATTEMPT: u32 = 3;
+
+/// A host's place on its fleet's return schedule.
+///
+/// When etcd fails, every host of a fleet fails at once, and without a
+/// schedule every host would retry within a second of etcd's return (a
+/// herd). A host that knows its rank among `fleet` hosts retries only at
+/// the instants whose wall-clock time is `rank × spacing` modulo a period
+/// of `fleet × spacing` (at most `window`): the fleet returns at most one
+/// host per `spacing`, over `fleet × spacing`, and a small fleet at once.
+/// Wall-clock time is shared by the hosts (NTP keeps them within
+/// milliseconds), so the slots of distinct ranks never meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The period, in milliseconds (at least 1).
+    period: u64,
+    /// This host's offset within it, in milliseconds.
+    phase: u64,
+    /// Wall-clock milliseconds at the epoch of the caller's clock.
+    wall_at_epoch: u64,
+}
+
+impl Slot {
+    /// The slot of the host ranked `rank` (from 0) among `fleet` hosts,
+    /// `spacing` apart and within `window`; `wall_at_epoch` maps the
+    /// caller's `Instant`s onto the wall clock.
+    pub fn new(
+        rank: u64,
+        fleet: u64,
+        spacing: Duration,
+        window: Duration,
+        wall_at_epoch: u64,
+    ) -> Slot {
+        let spacing = u64::try_from(spacing.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let window = u64::try_from(window.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(spacing);
+        let period = fleet.max(1).saturating_mul(spacing).min(window);
+        Slot {
+            period,
+            phase: rank.wrapping_mul(spacing) % period,
+            wall_at_epoch,
+        }
+    }
+
+    /// The period: the longest a retry is held back.
+    pub fn period(&self) -> Duration {
+        Duration::from_millis(self.period)
+    }
+
+    /// The first instant at or after `at` that is this host's slot.
+    pub fn next(&self, at: crate::Instant) -> crate::Instant {
+        let wall = at.as_millis().wrapping_add(self.wall_at_epoch);
+        let into = wall % self.period;
+        let wait = (self.phase + self.period - into) % self.period;
+        at + Duration::from_millis(wait)
+    }
+}
+
 /// Attempt counter plus jitter source. Deterministic for a given seed.
 #[derive(Debug, Clone)]
 pub struct Backoff {
     config: BackoffConfig,
     attempt: u32,
     rng: Rng,
+    /// The fleet slot, once known (hosts only).
+    slot: Option<Slot>,
 }
 
 impl Backoff {
@@ -135,6 +201,29 @@ impl Backoff {
             config,
             attempt: 0,
             rng: Rng::new(seed),
+            slot: None,
+        }
+    }
+
+    /// Sets (or forgets) the fleet slot. Under [`Pacing::Plain`] it is
+    /// kept but never used.
+    pub fn set_slot(&mut self, slot: Option<Slot>) {
+        self.slot = slot;
+    }
+
+    /// The fleet slot in use: none under [`Pacing::Plain`].
+    pub fn slot(&self) -> Option<Slot> {
+        self.slot.filter(|_| self.heeds_returns())
+    }
+
+    /// Records one failure and returns when to retry: `now` plus
+    /// [`next_delay`](Self::next_delay), moved on to the fleet slot once
+    /// the failure has lasted [`SLOTTED_FROM_ATTEMPT`] attempts.
+    pub fn retry_at(&mut self, now: crate::Instant, class: FailureClass) -> crate::Instant {
+        let at = now + self.next_delay(class);
+        match self.slot() {
+            Some(slot) if self.attempt >= SLOTTED_FROM_ATTEMPT => slot.next(at),
+            _ => at,
         }
     }
 
@@ -185,14 +274,18 @@ impl Backoff {
     }
 
     /// A wait until `next_at`, cut short because etcd answers again (a
-    /// probe succeeded after a silence): `now` plus a jittered delay of up
-    /// to half the fast cap, so that a fleet does not retry at one instant;
-    /// never later than `next_at`. The failures so far still count: if the
-    /// retry fails too, the next delay keeps growing. Under
-    /// [`Pacing::Plain`], `next_at` unchanged.
+    /// probe succeeded after a silence): the next fleet slot if this host
+    /// has one, else `now` plus a jittered delay of up to half the fast
+    /// cap, so that a fleet does not retry at one instant; never later
+    /// than `next_at`. The failures so far still count: if the retry
+    /// fails too, the next delay keeps growing. Under [`Pacing::Plain`],
+    /// `next_at` unchanged.
     pub fn cut(&mut self, now: crate::Instant, next_at: crate::Instant) -> crate::Instant {
         if !self.heeds_returns() {
             return next_at;
+        }
+        if let Some(slot) = self.slot {
+            return slot.next(now).min(next_at);
         }
         let window = u64::try_from(self.config.fast_cap.min(self.config.cap).as_millis() / 2)
             .unwrap_or(u64::MAX);
@@ -253,6 +346,88 @@ mod tests {
             now + Duration::from_millis(3)
         );
         assert_eq!(b.attempt(), 5);
+    }
+
+    /// A fleet of 1,000 that retries from one instant returns one host per
+    /// 5 ms over 5 s: at most 20 in any 100 ms, whenever etcd returns.
+    #[test]
+    fn a_fleet_on_its_slots_returns_one_host_per_spacing() {
+        let spacing = Duration::from_millis(5);
+        let window = Duration::from_secs(5);
+        let wall = 1_764_000_000_123;
+        for t0 in [0, 1, 2_499, 77_777] {
+            let now = crate::Instant::from_millis(t0);
+            let mut at: Vec<u64> = (0..1_000)
+                .map(|rank| {
+                    Slot::new(rank, 1_000, spacing, window, wall)
+                        .next(now)
+                        .as_millis()
+                        - t0
+                })
+                .collect();
+            at.sort_unstable();
+            assert!(at.iter().all(|a| *a < 5_000), "within the period");
+            at.dedup();
+            assert_eq!(at.len(), 1_000, "no two hosts at one instant");
+            for bin in 0..50 {
+                let n = at.iter().filter(|a| **a / 100 == bin).count();
+                assert_eq!(n, 20, "bin {bin} from {t0}");
+            }
+        }
+        // A small fleet returns within its own few slots.
+        let small = Slot::new(3, 10, spacing, window, wall);
+        assert_eq!(small.period(), Duration::from_millis(50));
+        let now = crate::Instant::from_millis(40);
+        let next = small.next(now);
+        assert!(next >= now && next.as_millis() < 90);
+        assert_eq!((next.as_millis() + wall) % 50, 15);
+        // A fleet larger than the window shares slots, no wider than it.
+        assert_eq!(
+            Slot::new(0, 100_000, spacing, window, wall).period(),
+            window
+        );
+        // An instant on the slot is its own next.
+        assert_eq!(small.next(next), next);
+    }
+
+    #[test]
+    fn a_lasting_failure_retries_on_the_slot_and_a_return_cuts_to_it() {
+        let slot = Slot::new(7, 100, Duration::from_millis(5), Duration::from_secs(5), 3);
+        let phase = |at: crate::Instant| (at.as_millis() + 3) % 500;
+        let mut b = Backoff::new(BackoffConfig::default(), 42);
+        b.set_slot(Some(slot));
+        assert_eq!(b.slot(), Some(slot));
+        let now = crate::Instant::from_millis(10_000);
+        let first = b.retry_at(now, FailureClass::Fast);
+        assert!(
+            first.as_millis() - 10_000 <= 100,
+            "the first retry is the host's own"
+        );
+        let _second = b.retry_at(now, FailureClass::Fast);
+        for _ in 0..5 {
+            let at = b.retry_at(now, FailureClass::Fast);
+            assert_eq!(phase(at), 35, "{at}");
+            assert!(at.as_millis() - 10_000 <= 1_000 + 500);
+        }
+        let cut = b.cut(now, now + Duration::from_secs(30));
+        assert_eq!(phase(cut), 35);
+        assert!(cut.as_millis() - 10_000 < 500);
+        // Never later than the wait it cuts.
+        assert_eq!(
+            b.cut(now, now + Duration::from_millis(1)),
+            now + Duration::from_millis(1)
+        );
+        // The go-coord-style baseline has no slot.
+        let mut plain = Backoff::new(BackoffConfig::plain(), 42);
+        plain.set_slot(Some(slot));
+        assert_eq!(plain.slot(), None);
+        for _ in 0..5 {
+            let _ = plain.retry_at(now, FailureClass::Fast);
+        }
+        assert_eq!(
+            plain.retry_at(now, FailureClass::Fast),
+            now + Duration::from_millis(3_200)
+        );
     }
 
     #[test]

@@ -774,6 +774,7 @@ impl Contender {
             }
         };
         let listing = Listing {
+            count: u64::try_from(kvs.len()).unwrap_or(u64::MAX),
             kvs,
             revision: resp.revision,
             more: false,

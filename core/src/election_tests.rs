@@ -482,6 +482,7 @@ fn a_predecessor_found_recreated_by_a_relist_no_longer_blocks_the_queue() {
             outcome: Outcome::Ok(crate::io::Listing {
                 cluster: crate::ClusterId::default(),
                 more: false,
+                count: 2,
                 kvs: vec![again, kv(LEASE, "me", 20)],
                 revision: Revision(31),
             }),

@@ -108,6 +108,9 @@ pub struct Listing {
     pub revision: Revision,
     /// More keys matched than the limit let through.
     pub more: bool,
+    /// How many keys the range holds in all, whatever the limit (etcd's
+    /// `count`; a later page counts from its first key on).
+    pub count: u64,
     /// The cluster that answered.
     pub cluster: ClusterId,
 }
@@ -116,6 +119,7 @@ impl Listing {
     /// A complete listing (no more keys) from an unnamed cluster.
     pub fn complete(kvs: Vec<KeyValue>, revision: Revision) -> Listing {
         Listing {
+            count: u64::try_from(kvs.len()).unwrap_or(u64::MAX),
             kvs,
             revision,
             more: false,
@@ -508,6 +512,7 @@ mod tests {
                 kvs: vec![kv],
                 revision: Revision(7),
                 more: false,
+                count: 1,
                 cluster: ClusterId::default(),
             }
         );

@@ -45,6 +45,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod census;
 pub mod election;
 pub mod host_id;
 pub mod ids;
@@ -64,7 +65,7 @@ pub mod session;
 pub mod time;
 pub mod watcher;
 
-pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass, Pacing};
+pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass, Pacing, Slot};
 
 /// What a machine does when its very first attempt (a host's first
 /// registration, a watcher's first snapshot) fails.

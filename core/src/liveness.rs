@@ -13,6 +13,8 @@
 use std::time::Duration;
 
 use crate::backoff::BackoffConfig;
+use crate::census::Census;
+pub use crate::census::FleetConfig;
 use crate::ids::{Key, LeaseId};
 use crate::lease::{Attach, LeaseConfig, LeaseEngine};
 use crate::time::Instant;
@@ -49,6 +51,10 @@ pub struct LivenessConfig {
     /// watchers see no flap when etcd still has the lease) or replaced by
     /// a new one (go-coord's way, for comparisons).
     pub on_loss: OnLoss,
+    /// The fleet this host returns with after an outage of etcd (see
+    /// [`crate::census`] and [`Slot`](crate::Slot)); none: its retries
+    /// keep their own jittered pace.
+    pub fleet: Option<FleetConfig>,
 }
 
 impl LivenessConfig {
@@ -66,6 +72,7 @@ impl LivenessConfig {
             seed,
             start: lease.start,
             on_loss: OnLoss::Resume,
+            fleet: None,
         }
     }
 
@@ -88,7 +95,22 @@ impl LivenessConfig {
 
     /// Checks every parameter; the machine refuses to start otherwise.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.lease().validate()
+        self.lease().validate()?;
+        match &self.fleet {
+            Some(f)
+                if f.prefix.0.is_empty()
+                    || f.spacing < Duration::from_millis(1)
+                    || f.spacing > Duration::from_secs(1)
+                    || f.every < Duration::from_secs(1)
+                    || f.every > Duration::from_secs(86_400) =>
+            {
+                Err(ConfigError::FleetOutOfRange {
+                    spacing: f.spacing,
+                    every: f.every,
+                })
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -97,13 +119,35 @@ impl LivenessConfig {
 pub struct Liveness {
     config: LivenessConfig,
     engine: LeaseEngine,
+    census: Option<Census>,
 }
 
 impl Liveness {
     /// A machine for `config`. Nothing happens until `Input::Start`.
     pub fn new(config: LivenessConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
         let engine = LeaseEngine::new(config.lease(), 0)?;
-        Ok(Liveness { config, engine })
+        let census = config.fleet.clone().map(|fleet| {
+            Census::new(
+                fleet,
+                config.key.clone(),
+                config.ttl / 2,
+                config.request_timeout,
+                config.seed,
+                1,
+            )
+        });
+        Ok(Liveness {
+            config,
+            engine,
+            census,
+        })
+    }
+
+    /// This host's place on its fleet's return schedule, once a census
+    /// has been answered.
+    pub fn slot(&self) -> Option<crate::Slot> {
+        self.engine.slot()
     }
 
     /// The config in force.
@@ -140,12 +184,22 @@ impl Liveness {
     /// The next command or event, if any. Drain it after every `handle`.
     #[must_use]
     pub fn poll(&mut self) -> Option<Output> {
-        self.engine.poll()
+        // The census's reads (and abandons) first: a close abandons them
+        // before the engine says `Closed`, the last output.
+        self.census
+            .as_mut()
+            .and_then(Census::poll)
+            .map(Output::Command)
+            .or_else(|| self.engine.poll())
     }
 
     /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.engine.poll_timeout()
+        let census = self.census.as_ref().and_then(Census::poll_timeout);
+        match (self.engine.poll_timeout(), census) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// True while waiting on etcd: registering, or a failure not healed
@@ -162,7 +216,23 @@ impl Liveness {
     /// Feeds one input. Only `Start` in the wrong state is an error; etcd
     /// failures arrive as inputs and are handled, stale completions ignored.
     pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        self.engine.handle(now, input)
+        if let Some(census) = self.census.as_mut() {
+            match &input {
+                Input::Io(c) if census.owns(c.op()) => {
+                    if let Some(slot) = census.io(now, c) {
+                        self.engine.set_slot(Some(slot));
+                    }
+                    return Ok(());
+                }
+                Input::Timeout => census.timeout(now),
+                _ => {}
+            }
+        }
+        let handled = self.engine.handle(now, input);
+        if let Some(census) = self.census.as_mut() {
+            census.registered(now, self.engine.lease().is_some());
+        }
+        handled
     }
 }
 

@@ -96,6 +96,7 @@ fn every_change_of_leader_is_reported_including_none() {
             outcome: Outcome::Ok(Listing {
                 cluster: crate::ClusterId::default(),
                 more: false,
+                count: 2,
                 kvs: vec![b.clone(), a.clone()],
                 revision: Revision(10),
             }),
@@ -180,6 +181,7 @@ fn deletions_in_one_revision_never_report_a_leader_that_never_led() {
             outcome: Outcome::Ok(Listing {
                 cluster: crate::ClusterId::default(),
                 more: false,
+                count: 3,
                 kvs: vec![a.clone(), b.clone(), c.clone()],
                 revision: Revision(10),
             }),

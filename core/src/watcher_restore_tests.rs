@@ -23,6 +23,7 @@ fn page(
         Input::Io(Completion::Listed {
             op: OpId(op),
             outcome: Outcome::Ok(Listing {
+                count: u64::try_from(kvs.len()).unwrap_or(0),
                 kvs,
                 revision: Revision(rev),
                 more,

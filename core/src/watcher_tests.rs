@@ -53,6 +53,7 @@ fn listed(m: &mut Watcher, now: u64, op: u64, kvs: Vec<KeyValue>, rev: i64) {
             outcome: Outcome::Ok(Listing {
                 cluster: crate::ClusterId::default(),
                 more: false,
+                count: u64::try_from(kvs.len()).unwrap_or(0),
                 kvs,
                 revision: Revision(rev),
             }),

@@ -18,6 +18,16 @@ impl Clock {
         }
     }
 
+    /// Wall-clock milliseconds since the Unix epoch at this clock's epoch
+    /// (0 for a system clock set before 1970).
+    pub(crate) fn wall_at_epoch(&self) -> u64 {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(self.epoch.elapsed());
+        u64::try_from(wall.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Now, in the core's terms.
     pub(crate) fn now(&self) -> Instant {
         let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);

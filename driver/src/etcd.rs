@@ -325,6 +325,7 @@ impl EtcdApi for Client {
             kvs: resp.kvs().iter().map(key_value).collect(),
             revision: header_revision(resp.header()),
             more: resp.more(),
+            count: u64::try_from(resp.count()).unwrap_or(0),
             cluster: header_cluster(resp.header()),
         })
     }

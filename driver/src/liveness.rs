@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use coord_core::liveness::{
-    Event, Input, Liveness, LivenessConfig, OnLoss, RevokeOutcome, StartPolicy,
+    Event, FleetConfig, Input, Liveness, LivenessConfig, OnLoss, RevokeOutcome, StartPolicy,
 };
 use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
@@ -55,6 +55,15 @@ pub struct LivenessOptions {
     /// `Down`/`Up` flap). [`OnLoss::Replace`] revokes it and registers
     /// under a new lease, as go-coord does (kept for comparisons).
     pub on_loss: OnLoss,
+    /// Time between two hosts' return slots once etcd answers again after
+    /// an outage. Default 5 ms: every host under the prefix counts the
+    /// fleet and its own rank in it (two count reads a minute), and a
+    /// lasting failure's retries land on its slot on the wall clock, so a
+    /// fleet of N returns one host per 5 ms, over N × 5 ms (at most half
+    /// the TTL): 1,000 hosts over 5 s, 10 within 50 ms. `None`: no count;
+    /// each host keeps its own jittered pace, and a large fleet returns
+    /// within about a second (a herd).
+    pub fleet_spacing: Option<Duration>,
 }
 
 impl Default for LivenessOptions {
@@ -68,6 +77,7 @@ impl Default for LivenessOptions {
             seed: None,
             retry_first_registration: false,
             on_loss: OnLoss::Resume,
+            fleet_spacing: Some(Duration::from_millis(5)),
         }
     }
 }
@@ -129,13 +139,18 @@ impl HostLiveness {
         }
         let key = format!("{}{}", opts.prefix, host_id);
         let seed = opts.seed.unwrap_or_else(|| default_seed(host_id));
-        let config = opts.config(Key(key.clone().into_bytes()), value, seed);
+        let clock = Clock::start();
+        let config = opts.config(
+            Key(key.clone().into_bytes()),
+            value,
+            seed,
+            clock.wall_at_epoch(),
+        );
         let machine = Liveness::new(config)?;
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(LivenessStatus::Registering);
         let (events, _) = broadcast::channel(64);
         let (ready_tx, ready_rx) = oneshot::channel();
-        let clock = Clock::start();
         let host = LivenessHost {
             reporter: LeaseReporter::new("liveness", clock, status_tx, ready_tx),
             events: events.clone(),
@@ -274,7 +289,7 @@ impl LivenessOptions {
     pub fn validate(&self) -> Result<(), Error> {
         self.check_prefix()?;
         let key = Key(self.prefix.clone().into_bytes());
-        Ok(self.config(key, Vec::new(), 0).validate()?)
+        Ok(self.config(key, Vec::new(), 0, 0).validate()?)
     }
 
     fn check_prefix(&self) -> Result<(), Error> {
@@ -285,7 +300,11 @@ impl LivenessOptions {
     }
 
     /// The core machine's configuration these options ask for.
-    fn config(&self, key: Key, value: Vec<u8>, seed: u64) -> LivenessConfig {
+    fn config(&self, key: Key, value: Vec<u8>, seed: u64, wall_at_epoch: u64) -> LivenessConfig {
+        let fleet = self.fleet_spacing.map(|spacing| FleetConfig {
+            spacing,
+            ..FleetConfig::new(Key(self.prefix.clone().into_bytes()), wall_at_epoch)
+        });
         LivenessConfig {
             key,
             value,
@@ -300,6 +319,7 @@ impl LivenessOptions {
                 StartPolicy::FailFast
             },
             on_loss: self.on_loss,
+            fleet,
         }
     }
 }
@@ -369,8 +389,9 @@ mod tests {
             seed: None,
             retry_first_registration: true,
             on_loss: OnLoss::Replace,
+            fleet_spacing: Some(Duration::from_millis(7)),
         };
-        let config = opts.config(Key(b"/p/h".to_vec()), b"{}".to_vec(), 5);
+        let config = opts.config(Key(b"/p/h".to_vec()), b"{}".to_vec(), 5, 1_234);
         assert_eq!(config.key, Key(b"/p/h".to_vec()));
         assert_eq!(config.value, b"{}".to_vec());
         assert_eq!(config.ttl, Duration::from_secs(6));
@@ -380,13 +401,19 @@ mod tests {
         assert_eq!(config.seed, 5);
         assert_eq!(config.start, StartPolicy::Retry);
         assert_eq!(config.on_loss, OnLoss::Replace);
+        let fleet = config.fleet.expect("a fleet spacing makes a census");
+        assert_eq!(fleet.prefix, Key(b"/p/".to_vec()));
+        assert_eq!(fleet.spacing, Duration::from_millis(7));
+        assert_eq!(fleet.wall_at_epoch, 1_234);
         let config = LivenessOptions {
             refresh: Some(Duration::from_secs(1)),
             retry_first_registration: false,
             on_loss: OnLoss::Resume,
+            fleet_spacing: None,
             ..opts
         }
-        .config(Key(b"k".to_vec()), Vec::new(), 0);
+        .config(Key(b"k".to_vec()), Vec::new(), 0, 0);
+        assert_eq!(config.fleet, None);
         assert_eq!(config.refresh, Duration::from_secs(1));
         assert_eq!(config.start, StartPolicy::FailFast);
         assert_eq!(config.on_loss, OnLoss::Resume);

@@ -91,6 +91,8 @@ enum Kind {
     Txn,
     Revoke,
     Stream,
+    /// A census read.
+    Count,
 }
 
 impl FuzzOutcome {
@@ -135,6 +137,13 @@ impl FuzzOutcome {
                     responses: Vec::new(),
                 }),
             },
+            Kind::Count => Completion::Listed {
+                op,
+                outcome: self.done().map(|()| coord_core::io::Listing {
+                    count: (op.0 & 0xffff) % 2_000,
+                    ..coord_core::io::Listing::default()
+                }),
+            },
             Kind::Revoke | Kind::Stream => Completion::Revoked {
                 op,
                 outcome: self.done(),
@@ -177,6 +186,16 @@ pub fn run(data: &[u8]) -> crate::Reach {
     config.backoff.pacing = crate::pacing(plan.seed);
     if (plan.seed >> 3) % 8 == 7 {
         config.on_loss = OnLoss::Replace;
+    }
+    // One plan in two counts its fleet, every second.
+    if (plan.seed >> 6) % 2 == 1 {
+        config.fleet = Some(coord_core::liveness::FleetConfig {
+            every: Duration::from_secs(1),
+            ..coord_core::liveness::FleetConfig::new(
+                Key(b"/coord/hosts/".to_vec()),
+                plan.seed >> 20,
+            )
+        });
     }
     let Ok(mut m) = Liveness::new(config) else {
         return crate::Reach::default();
@@ -267,7 +286,7 @@ impl Harness {
                 let wrong = match self.kind(which) {
                     Kind::Grant => Kind::Txn,
                     Kind::Txn | Kind::Stream => Kind::Revoke,
-                    Kind::Revoke => Kind::Txn,
+                    Kind::Revoke | Kind::Count => Kind::Txn,
                 };
                 // Built directly: a wrong-kind grant must not count as granted.
                 Input::Io(outcome.completion(self.op(which), wrong))
@@ -306,11 +325,20 @@ impl Harness {
                         Command::Txn { .. } => Some(Kind::Txn),
                         Command::OpenKeepAlive { .. } => Some(Kind::Stream),
                         Command::Revoke { .. } => Some(Kind::Revoke),
+                        Command::Range { .. } => Some(Kind::Count),
                         _ => None,
                     };
                     if let Some(kind) = kind {
                         let op = c.op();
-                        if let Some(last) = self.ops.last() {
+                        // Fresh within the machine's part (the engine's,
+                        // the census's) that issued it.
+                        let slot = coord_core::outbox::slot_of(op);
+                        if let Some(last) = self
+                            .ops
+                            .iter()
+                            .rev()
+                            .find(|o| coord_core::outbox::slot_of(**o) == slot)
+                        {
                             assert!(op > *last, "op ids must be fresh: {op} after {last}");
                         }
                         self.ops.push(op);

@@ -418,7 +418,7 @@ impl Harness {
             },
             Op::Range(prefix) => {
                 let prefix = prefix.clone();
-                let kvs = queue
+                let kvs: Vec<_> = queue
                     .iter()
                     .flatten()
                     .map(|e| self.kv(&prefix, None, e))
@@ -428,6 +428,7 @@ impl Harness {
                     outcome: Outcome::Ok(Listing {
                         cluster: coord_core::ClusterId::default(),
                         more: false,
+                        count: u64::try_from(kvs.len()).unwrap_or(0),
                         kvs,
                         revision,
                     }),
@@ -579,6 +580,7 @@ fn failed(op: OpId, kind: &Op, outcome: Outcome<()>) -> Completion {
             outcome: outcome.map(|()| Listing {
                 cluster: coord_core::ClusterId::default(),
                 more: false,
+                count: 0,
                 kvs: Vec::new(),
                 revision: Revision(1),
             }),

@@ -237,6 +237,7 @@ impl Harness {
                     outcome: Outcome::Ok(Listing {
                         cluster: header.cluster(),
                         more,
+                        count: u64::try_from(kvs.iter().flatten().count()).unwrap_or(0),
                         kvs: kvs.iter().flatten().map(|k| k.kv(base)).collect(),
                         revision: header.revision(base, rev),
                     }),

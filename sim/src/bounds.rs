@@ -169,6 +169,10 @@ pub struct Nominal {
     pub probe: ProbeConfig,
     /// The host watchers' options.
     pub watcher: WatcherOptions,
+    /// How many hosts share the prefix: a lasting failure's retries wait
+    /// for the host's fleet slot, up to `fleet` × the spacing (at most
+    /// half the TTL). 0 for sessions, which count no fleet.
+    pub fleet: usize,
 }
 
 impl Nominal {
@@ -215,7 +219,16 @@ impl Nominal {
             HealPath::Wiped => fast_cap.min(probe + cut).max(refresh) + fast_cap,
             HealPath::Revoked => refresh + initial,
         };
-        wait + REGISTRATION_MS
+        wait + self.slot_ms(ttl_secs) + REGISTRATION_MS
+    }
+
+    /// The longest a retry waits for the host's fleet slot: the slots'
+    /// period, `fleet` × the spacing, at most half the TTL.
+    pub fn slot_ms(&self, ttl_secs: u64) -> u64 {
+        self.liveness.fleet_spacing.map_or(0, |spacing| {
+            let fleet = u64::try_from(self.fleet).unwrap_or(u64::MAX);
+            ms(spacing).saturating_mul(fleet).min(ttl_secs * 1000 / 2)
+        })
     }
 
     /// How long a listing of a prefix of `hosts` keys may take: every page

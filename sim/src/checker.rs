@@ -897,7 +897,10 @@ impl Healers {
                 .map(|(t, s)| (*t, s.iter().map(healthy).collect()))
                 .collect(),
             ttls: case.ttls.clone(),
-            nominal: Nominal::default(),
+            nominal: Nominal {
+                fleet: case.ttls.len(),
+                ..Nominal::default()
+            },
             begins: |w| match w {
                 What::Fault(Fault::Partition { host, .. }) => Some((*host, HealPath::Partition)),
                 What::Fault(Fault::Pause { host, .. }) => Some((*host, HealPath::Pause)),

@@ -36,6 +36,8 @@ impl Wrap for GoCoordStyle {
         LivenessOptions {
             backoff: plain(&nominal.backoff),
             on_loss: OnLoss::Replace,
+            // go-coord counts no fleet.
+            fleet_spacing: None,
             ..nominal
         }
     }

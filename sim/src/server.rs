@@ -454,6 +454,7 @@ fn range(st: &EtcdState, now: u64, request: &core_io::RangeRequest) -> Reply {
         kvs.retain(|kv| kv.key.as_slice() > after.0.as_slice());
     }
     let limit = usize::try_from(get.limit).unwrap_or(usize::MAX);
+    let count = u64::try_from(kvs.len()).unwrap_or(u64::MAX);
     let more = limit > 0 && kvs.len() > limit;
     if limit > 0 {
         kvs.truncate(limit);
@@ -462,6 +463,7 @@ fn range(st: &EtcdState, now: u64, request: &core_io::RangeRequest) -> Reply {
         kvs: kvs.iter().map(core_kv).collect(),
         revision: Revision(header),
         more,
+        count,
         cluster: coord_core::ClusterId(st.cluster),
     })
 }

@@ -545,3 +545,38 @@ async fn etcd_leader_moved_the_host_stays_registered_without_a_loss() {
     }
     host.stop().await.expect("stop");
 }
+
+/// The census's two reads on real etcd: one key returned, and etcd's
+/// count of every key under the prefix, then of those after a host's key
+/// (a fleet slot is the rank these give).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_census_read_counts_the_fleet_and_the_hosts_after_a_key() {
+    use coord::EtcdApi;
+    use coord_core::io::{Consistency, Get, RangeRequest};
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let mut raw = etcd.client().await;
+    for h in ["a", "b", "c", "d"] {
+        raw.put(format!("/census/{h}"), "{}", None).await.unwrap();
+    }
+    raw.put("/censusx", "outside", None).await.unwrap();
+    let client = etcd.coord_client().await;
+    let count = |after: Option<&str>| RangeRequest {
+        get: Get {
+            limit: 1,
+            ..Get::prefix(coord::Key(b"/census/".to_vec()))
+        },
+        consistency: Consistency::Serializable,
+        after: after.map(|k| coord::Key(k.as_bytes().to_vec())),
+        revision: coord::Revision(0),
+    };
+    let all = client.range(count(None)).await.unwrap();
+    assert_eq!(all.count, 4);
+    assert_eq!(all.kvs.len(), 1, "one key read, not the fleet");
+    assert!(all.more);
+    let after_b = client.range(count(Some("/census/b"))).await.unwrap();
+    assert_eq!(after_b.count, 2, "c and d: b ranks 1 of 4");
+    let after_d = client.range(count(Some("/census/d"))).await.unwrap();
+    assert_eq!(after_d.count, 0);
+    assert!(after_d.kvs.is_empty());
+}

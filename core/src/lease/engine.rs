@@ -133,6 +133,19 @@ impl LeaseEngine {
         &self.config
     }
 
+    /// Sets (or forgets) this host's place on its fleet's return
+    /// schedule: retries of a lasting failure, and the wait cut short when
+    /// etcd returns, land on it (see [`Slot`](crate::Slot)).
+    pub fn set_slot(&mut self, slot: Option<crate::Slot>) {
+        self.backoff.set_slot(slot);
+    }
+
+    /// The fleet slot in use, if any (none under
+    /// [`Pacing::Plain`](crate::Pacing::Plain)).
+    pub fn slot(&self) -> Option<crate::Slot> {
+        self.backoff.slot()
+    }
+
     /// The lease held, only while `Registered`.
     pub fn lease(&self) -> Option<LeaseId> {
         match &self.state {
@@ -546,7 +559,7 @@ impl LeaseEngine {
             // retrying at the first attempt's pace loads no silent etcd.
             self.backoff.reset();
         }
-        let next_at = now + self.backoff.next_delay(reason.class());
+        let next_at = self.backoff.retry_at(now, reason.class());
         self.out.event(Event::Retrying(Retry {
             attempt: self.backoff.attempt(),
             next_at,
@@ -598,7 +611,7 @@ impl LeaseEngine {
             reason,
         });
         let next_at = match pace {
-            Pace::Draw(class) => now + self.backoff.next_delay(class),
+            Pace::Draw(class) => self.backoff.retry_at(now, class),
             Pace::Until(at) => at.max(now),
         };
         self.out.event(Event::Retrying(Retry {

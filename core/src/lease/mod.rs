@@ -202,6 +202,15 @@ pub enum ConfigError {
     /// The backoff parameters are invalid.
     #[error(transparent)]
     Backoff(#[from] BackoffConfigError),
+    /// A fleet's slot spacing must be between 1 ms and 1 s, its census
+    /// interval between 1 s and one day, and its prefix not empty.
+    #[error("fleet spacing must be 1 ms to 1 s and census interval 1 s to 1 day, with a prefix; got spacing {spacing:?}, interval {every:?}")]
+    FleetOutOfRange {
+        /// The spacing asked for.
+        spacing: Duration,
+        /// The census interval asked for.
+        every: Duration,
+    },
 }
 
 /// Misuse of a machine's API. Shared by every machine.

@@ -134,6 +134,7 @@ impl Pages {
             return PageStep::More;
         }
         PageStep::Done(Listing {
+            count: u64::try_from(self.kvs.len()).unwrap_or(u64::MAX),
             kvs: std::mem::take(&mut self.kvs),
             revision: self.revision,
             more: false,

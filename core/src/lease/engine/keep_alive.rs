@@ -257,7 +257,7 @@ impl LeaseEngine {
                     failure: failure.clone(),
                 });
             }
-            let retry_at = now + self.backoff.next_delay(failure.class());
+            let retry_at = self.backoff.retry_at(now, failure.class());
             self.state = State::Held {
                 lease,
                 link: Link::Down {

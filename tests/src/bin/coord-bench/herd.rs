@@ -118,7 +118,7 @@ async fn fleet_through_outage(
         }
     }
     let refresh_ms = u64::try_from((s.herd_ttl / 3).as_millis()).unwrap_or(3_333);
-    tokio::time::sleep(Duration::from_millis(1_000 + rng.below(refresh_ms))).await;
+    tokio::time::sleep(s.herd_settle + Duration::from_millis(rng.below(refresh_ms))).await;
     etcd.kill(0);
     tokio::time::sleep(s.herd_outage).await;
     let (stop, stopped) = watch::channel(false);

@@ -90,6 +90,9 @@ pub struct Settings {
     pub herd_hosts: usize,
     pub herd_ttl: std::time::Duration,
     pub herd_processes: usize,
+    /// How long the fleet runs before etcd is taken out: long enough for
+    /// every host's first census (due 12-24 s after it registers).
+    pub herd_settle: std::time::Duration,
     pub herd_outage: std::time::Duration,
     pub herd_window: std::time::Duration,
 }
@@ -112,6 +115,7 @@ impl Settings {
             herd_hosts: 1_000,
             herd_ttl: std::time::Duration::from_secs(10),
             herd_processes: 4,
+            herd_settle: std::time::Duration::from_secs(30),
             herd_outage: std::time::Duration::from_secs(20),
             herd_window: std::time::Duration::from_secs(40),
         }
@@ -134,6 +138,7 @@ impl Settings {
             herd_hosts: 60,
             herd_ttl: std::time::Duration::from_secs(2),
             herd_processes: 2,
+            herd_settle: std::time::Duration::from_secs(1),
             herd_outage: std::time::Duration::from_secs(3),
             herd_window: std::time::Duration::from_secs(6),
         }

@@ -36,15 +36,21 @@ impl Policy {
     /// A host's options under this policy: keys under `prefix`, `ttl`,
     /// the jitter seeded with `seed`.
     pub fn options(self, prefix: &str, ttl: Duration, seed: u64) -> LivenessOptions {
-        let (backoff, on_loss) = match self {
-            Policy::Coord => (BackoffConfig::default(), OnLoss::Resume),
-            Policy::Plain => (BackoffConfig::plain(), OnLoss::Replace),
+        let (backoff, on_loss, fleet_spacing) = match self {
+            Policy::Coord => (
+                BackoffConfig::default(),
+                OnLoss::Resume,
+                LivenessOptions::default().fleet_spacing,
+            ),
+            // go-coord counts no fleet.
+            Policy::Plain => (BackoffConfig::plain(), OnLoss::Replace, None),
         };
         LivenessOptions {
             prefix: prefix.into(),
             ttl,
             backoff,
             on_loss,
+            fleet_spacing,
             seed: Some(seed),
             ..LivenessOptions::default()
         }

@@ -1,0 +1,334 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::io::Granted;
+use crate::io::Listing;
+use crate::liveness::{Input, Liveness, LivenessConfig, Output};
+use crate::outcome::Failure;
+use crate::StartPolicy;
+
+const PREFIX: &[u8] = b"/coord/hosts/";
+const OWN: &[u8] = b"/coord/hosts/h1";
+
+fn t(ms: u64) -> Instant {
+    Instant::from_millis(ms)
+}
+
+fn fleet() -> FleetConfig {
+    FleetConfig::new(Key(PREFIX.to_vec()), 1_000_000)
+}
+
+fn census() -> Census {
+    Census::new(
+        fleet(),
+        Key(OWN.to_vec()),
+        Duration::from_secs(5),
+        Duration::from_secs(2),
+        7,
+        1,
+    )
+}
+
+fn counted(op: OpId, count: u64) -> Completion {
+    Completion::Listed {
+        op,
+        outcome: Outcome::Ok(Listing {
+            count,
+            ..Listing::default()
+        }),
+    }
+}
+
+/// The two reads of a census: every key under the prefix, and those after
+/// the host's own key, each one key and its count, serializable.
+fn asked(c: &mut Census) -> (OpId, OpId) {
+    let reads: Vec<Command> = std::iter::from_fn(|| c.poll()).collect();
+    let [Command::Range {
+        op: all,
+        request: a,
+    }, Command::Range {
+        op: after,
+        request: b,
+    }] = reads.as_slice()
+    else {
+        panic!("two reads expected, got {reads:?}");
+    };
+    for r in [a, b] {
+        assert_eq!(r.get.key, Key(PREFIX.to_vec()));
+        assert!(r.get.prefix);
+        assert_eq!(r.get.limit, 1, "a count, not a listing");
+        assert_eq!(r.consistency, Consistency::Serializable);
+    }
+    assert_eq!(a.after, None);
+    assert_eq!(b.after, Some(Key(OWN.to_vec())));
+    assert_eq!(crate::outbox::slot_of(*all), 1);
+    (*all, *after)
+}
+
+#[test]
+fn a_census_is_due_a_while_after_registering_and_gives_the_rank() {
+    let mut c = census();
+    assert_eq!(c.poll_timeout(), None, "no census before registering");
+    c.registered(t(0), true);
+    let due = c.poll_timeout().expect("a census due").as_millis();
+    // A fifth of the interval, plus up to as much again.
+    assert!((12_000..=24_000).contains(&due), "due at {due}");
+    c.timeout(t(due - 1));
+    assert_eq!(c.poll(), None, "not before it is due");
+    c.timeout(t(due));
+    let (all, after) = asked(&mut c);
+    assert!(c.owns(all) && c.owns(after));
+    // 10 hosts, 3 after this one: 6 before it.
+    assert_eq!(c.io(t(due + 5), &counted(after, 3)), None, "one count in");
+    let slot = c.io(t(due + 6), &counted(all, 10)).expect("both counts in");
+    assert_eq!(
+        slot,
+        Slot::new(
+            6,
+            10,
+            Duration::from_millis(5),
+            Duration::from_secs(5),
+            1_000_000
+        )
+    );
+    assert_eq!(slot.period(), Duration::from_millis(50));
+    // The next census a minute on, jittered by up to a quarter.
+    let next = c.poll_timeout().unwrap().as_millis() - (due + 6);
+    assert!((60_000..=75_000).contains(&next), "next in {next}");
+    assert!(!c.owns(all), "answered reads are no longer the census's");
+}
+
+#[test]
+fn a_failed_or_unanswered_census_changes_nothing_and_comes_again() {
+    let mut c = census();
+    c.registered(t(0), true);
+    let due = c.poll_timeout().unwrap().as_millis();
+    c.timeout(t(due));
+    let (all, after) = asked(&mut c);
+    let failed = Completion::Listed {
+        op: all,
+        outcome: Outcome::Err(Failure::Unavailable("no leader".into())),
+    };
+    assert_eq!(c.io(t(due + 1), &failed), None);
+    assert_eq!(c.poll(), Some(Command::Abandon { op: after }));
+    assert!(c.poll_timeout().unwrap().as_millis() >= due + 60_001);
+    // Unanswered: abandoned at the request deadline.
+    let again = c.poll_timeout().unwrap().as_millis();
+    c.timeout(t(again));
+    let (all, after) = asked(&mut c);
+    assert_eq!(c.poll_timeout(), Some(t(again + 2_000)));
+    c.timeout(t(again + 2_000));
+    let abandoned: Vec<Command> = std::iter::from_fn(|| c.poll()).collect();
+    assert_eq!(
+        abandoned,
+        vec![Command::Abandon { op: all }, Command::Abandon { op: after }]
+    );
+    assert_eq!(c.io(t(again + 2_001), &counted(all, 4)), None, "too late");
+}
+
+#[test]
+fn no_census_while_not_registered() {
+    let mut c = census();
+    c.registered(t(0), true);
+    let due = c.poll_timeout().unwrap().as_millis();
+    c.timeout(t(due));
+    let (all, after) = asked(&mut c);
+    c.registered(t(due + 1), false);
+    let abandoned: Vec<Command> = std::iter::from_fn(|| c.poll()).collect();
+    assert_eq!(
+        abandoned,
+        vec![Command::Abandon { op: all }, Command::Abandon { op: after }]
+    );
+    assert_eq!(c.poll_timeout(), None);
+    c.registered(t(due + 2), true);
+    assert!(c.poll_timeout().is_some(), "due again once registered");
+    c.registered(t(due + 3), false);
+    assert_eq!(c.poll_timeout(), None);
+}
+
+/// A host whose key is not under the prefix (yet) counts as the last.
+#[test]
+fn a_host_missing_from_its_count_ranks_last() {
+    let mut c = census();
+    c.registered(t(0), true);
+    let due = c.poll_timeout().unwrap().as_millis();
+    c.timeout(t(due));
+    let (all, after) = asked(&mut c);
+    let _ = c.io(t(due), &counted(all, 0));
+    let slot = c.io(t(due), &counted(after, 0)).unwrap();
+    assert_eq!(
+        slot,
+        Slot::new(
+            0,
+            0,
+            Duration::from_millis(5),
+            Duration::from_secs(5),
+            1_000_000
+        )
+    );
+}
+
+/// The liveness machine of a fleet: registers, takes its census, then
+/// paces a lasting failure's retries on its slot, and cuts a wait to it
+/// when etcd returns.
+#[test]
+fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
+    let mut config = LivenessConfig::new(Key(OWN.to_vec()), b"{}".to_vec(), 9);
+    config.request_timeout = Duration::from_secs(2);
+    config.start = StartPolicy::Retry;
+    config.fleet = Some(FleetConfig::new(Key(PREFIX.to_vec()), 1_000_000));
+    let mut m = Liveness::new(config).unwrap();
+    let mut kinds: BTreeMap<OpId, &str> = BTreeMap::new();
+    let mut drain = |m: &mut Liveness| -> Vec<Command> {
+        let cmds: Vec<Command> = std::iter::from_fn(|| m.poll())
+            .filter_map(|o| match o {
+                Output::Command(c) => Some(c),
+                Output::Event(_) => None,
+            })
+            .collect();
+        for c in &cmds {
+            match c {
+                Command::Grant { op, .. } => kinds.insert(*op, "grant"),
+                Command::Txn { op, .. } => kinds.insert(*op, "txn"),
+                Command::OpenKeepAlive { op, .. } => kinds.insert(*op, "open"),
+                Command::Range { op, .. } => kinds.insert(*op, "range"),
+                _ => None,
+            };
+        }
+        cmds
+    };
+    m.handle(t(0), Input::Start).unwrap();
+    let cmds = drain(&mut m);
+    let Some(Command::Grant { op, .. }) = cmds.first() else {
+        panic!("{cmds:?}")
+    };
+    let granted = Granted {
+        lease: crate::LeaseId(5),
+        ttl_secs: 10,
+    };
+    m.handle(
+        t(1),
+        Input::Io(Completion::Granted {
+            op: *op,
+            outcome: Outcome::Ok(granted),
+        }),
+    )
+    .unwrap();
+    let Some(Command::Txn { op, .. }) = drain(&mut m).first().cloned() else {
+        panic!("no attach")
+    };
+    let attached = crate::io::TxnResponse {
+        succeeded: true,
+        revision: crate::Revision(3),
+        responses: Vec::new(),
+        cluster: crate::ClusterId::default(),
+    };
+    m.handle(
+        t(2),
+        Input::Io(Completion::Txn {
+            op,
+            outcome: Outcome::Ok(attached),
+        }),
+    )
+    .unwrap();
+    let Some(Command::OpenKeepAlive { op: stream, .. }) = drain(&mut m).first().cloned() else {
+        panic!("no stream")
+    };
+    m.handle(
+        t(3),
+        Input::Io(Completion::KeepAliveReply {
+            stream,
+            ttl_secs: 10,
+        }),
+    )
+    .unwrap();
+    assert!(m.lease().is_some());
+    assert_eq!(m.slot(), None, "no census yet");
+    // Keep-alives until the census is due, then answer it: 1,000 hosts,
+    // 400 after this one.
+    let mut now;
+    let reads = loop {
+        now = m.poll_timeout().unwrap().as_millis();
+        m.handle(t(now), Input::Timeout).unwrap();
+        let cmds = drain(&mut m);
+        for c in &cmds {
+            if let Command::SendKeepAlive { stream, .. } = c {
+                m.handle(
+                    t(now),
+                    Input::Io(Completion::KeepAliveReply {
+                        stream: *stream,
+                        ttl_secs: 10,
+                    }),
+                )
+                .unwrap();
+            }
+        }
+        let reads: Vec<(OpId, Option<Key>)> = cmds
+            .iter()
+            .filter_map(|c| match c {
+                Command::Range { op, request } => Some((*op, request.after.clone())),
+                _ => None,
+            })
+            .collect();
+        if !reads.is_empty() {
+            break reads;
+        }
+        assert!(now < 30_000, "no census by {now}");
+    };
+    for (op, after) in reads {
+        let count = if after.is_some() { 400 } else { 1_000 };
+        m.handle(t(now), Input::Io(counted(op, count))).unwrap();
+    }
+    let slot = m.slot().expect("a slot from the census");
+    assert_eq!(slot.period(), Duration::from_secs(5), "1,000 × 5 ms");
+    // etcd refuses from now on: the stream breaks, and every reopen fails
+    // at once.
+    m.handle(
+        t(now),
+        Input::Io(Completion::KeepAliveClosed {
+            stream,
+            failure: Failure::Unavailable("refused".into()),
+        }),
+    )
+    .unwrap();
+    // Each reopen of the stream (or, once the lease's deadline passed,
+    // each resume) is sent at a retry instant.
+    let mut retries = Vec::new();
+    let _ = drain(&mut m);
+    while retries.len() < 8 {
+        let at = m.poll_timeout().unwrap();
+        m.handle(at, Input::Timeout).unwrap();
+        for c in drain(&mut m) {
+            if let Command::OpenKeepAlive { op, .. } = c {
+                retries.push(at);
+                m.handle(
+                    at,
+                    Input::Io(Completion::KeepAliveClosed {
+                        stream: op,
+                        failure: Failure::Unavailable("refused".into()),
+                    }),
+                )
+                .unwrap();
+            }
+        }
+    }
+    // The first retries are this host's own; from the third on, each is
+    // on the slot: wall time ≡ 599 × 5 ms (mod 5 s).
+    let on_slot = |at: Instant| (at.as_millis() + 1_000_000) % 5_000 == 2_995;
+    assert!(retries.len() == 8);
+    assert!(
+        retries[2..].iter().all(|at| on_slot(*at)),
+        "{retries:?} (wall phases {:?})",
+        retries
+            .iter()
+            .map(|a| (a.as_millis() + 1_000_000) % 5_000)
+            .collect::<Vec<_>>()
+    );
+    // etcd returns: the wait is cut to the next slot, not a random delay.
+    let now = retries[7].as_millis() + 10;
+    m.handle(t(now), Input::Returned { probe_sent: t(now) })
+        .unwrap();
+    let next = m.poll_timeout().unwrap();
+    assert!(on_slot(next), "cut to {next}");
+    assert!(next.as_millis() - now < 5_000);
+}
