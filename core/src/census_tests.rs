@@ -332,3 +332,40 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
     assert!(on_slot(next), "cut to {next}");
     assert!(next.as_millis() - now < 5_000);
 }
+
+/// The fleet's parameters are checked with the rest: each range closed at
+/// both ends, and a prefix to count.
+#[test]
+fn a_fleet_config_out_of_range_is_refused() {
+    use crate::lease::ConfigError;
+    let ms = Duration::from_millis;
+    let with = |prefix: &[u8], spacing, every| {
+        let mut c = LivenessConfig::new(Key(OWN.to_vec()), b"{}".to_vec(), 1);
+        c.fleet = Some(FleetConfig {
+            spacing,
+            every,
+            ..FleetConfig::new(Key(prefix.to_vec()), 0)
+        });
+        c.validate()
+    };
+    let refused = |spacing, every| Err(ConfigError::FleetOutOfRange { spacing, every });
+    let minute = Duration::from_secs(60);
+    assert_eq!(with(PREFIX, ms(5), minute), Ok(()));
+    assert_eq!(with(PREFIX, ms(1), Duration::from_secs(1)), Ok(()));
+    assert_eq!(with(PREFIX, ms(1_000), Duration::from_secs(86_400)), Ok(()));
+    assert_eq!(with(PREFIX, ms(0), minute), refused(ms(0), minute));
+    assert_eq!(with(PREFIX, ms(1_001), minute), refused(ms(1_001), minute));
+    assert_eq!(with(PREFIX, ms(5), ms(999)), refused(ms(5), ms(999)));
+    let day = Duration::from_secs(86_401);
+    assert_eq!(with(PREFIX, ms(5), day), refused(ms(5), day));
+    assert_eq!(with(b"", ms(5), minute), refused(ms(5), minute));
+    assert!(Liveness::new({
+        let mut c = LivenessConfig::new(Key(OWN.to_vec()), b"{}".to_vec(), 1);
+        c.fleet = Some(FleetConfig {
+            spacing: ms(0),
+            ..fleet()
+        });
+        c
+    })
+    .is_err());
+}
