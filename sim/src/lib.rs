@@ -28,6 +28,8 @@ pub mod compare;
 pub mod contenders;
 #[cfg(madsim)]
 pub mod election_checker;
+#[cfg(all(madsim, test))]
+mod fleet_slot_tests;
 #[cfg(madsim)]
 pub mod harness;
 #[cfg(madsim)]
