@@ -620,7 +620,38 @@ enum Healed {
 /// Runs `seed`, asserts that it passed and that a heal of `kind` by a
 /// host or a session was timed (the path the seed was pinned for).
 fn assert_passes_timing(seed: u64, who: Healed, kind: &str) {
-    let r = run_case(&Case::generate(seed, Shape::default()));
+    assert_passes_timing_with(seed, who, kind, coord_sim::harness::Real);
+}
+
+/// The hosts count no fleet: the driver as it was when the seeds that use
+/// this were found, before the census, whose reads shift every later
+/// event of a run (its etcd serves more requests, so its schedule draws
+/// differently). The paths these seeds pin are the lease engine's and the
+/// watcher's own, which the census leaves alone; replayed as found, they
+/// go through them again.
+#[derive(Debug, Clone, Copy)]
+struct Uncounted;
+
+impl coord_sim::harness::Wrap for Uncounted {
+    type Api = coord_sim::client::SimEtcd;
+    fn wrap(&self, etcd: coord_sim::client::SimEtcd) -> coord_sim::client::SimEtcd {
+        etcd
+    }
+    fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
+        coord::LivenessOptions {
+            fleet_spacing: None,
+            ..nominal
+        }
+    }
+}
+
+fn assert_passes_timing_with<W: coord_sim::harness::Wrap>(
+    seed: u64,
+    who: Healed,
+    kind: &str,
+    wrap: W,
+) {
+    let r = coord_sim::runner::run_case_with(&Case::generate(seed, Shape::default()), wrap);
     assert_passed(&r);
     let timed = match who {
         Healed::Host => &r.verdict.heal_by_kind,
@@ -748,8 +779,8 @@ fn a_lease_gone_before_its_attach_heals_at_the_first_attempts_pace() {
 /// not running: the first timer judged a second late now decides.
 #[test]
 fn a_lease_deadline_passed_in_a_pause_heals_at_the_first_attempts_pace() {
-    assert_passes_timing(9443862, Healed::Session, "GC pause");
-    assert_passes_timing(9542729, Healed::Session, "GC pause");
+    assert_passes_timing_with(9443862, Healed::Session, "GC pause", Uncounted);
+    assert_passes_timing_with(9542729, Healed::Session, "GC pause", Uncounted);
 }
 
 /// Seed 9431873 (the same campaign): a watcher re-listed after etcd was
@@ -786,7 +817,7 @@ fn a_watch_created_during_a_consumer_stall_is_read_before_its_deadline_is_judged
 /// backoff over (unless the run's last failure was such an answer too).
 #[test]
 fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
-    let r = run_case(&Case::generate(9762455, Shape::default()));
+    let r = coord_sim::runner::run_case_with(&Case::generate(9762455, Shape::default()), Uncounted);
     assert_passed(&r);
     let restores = r
         .history

@@ -550,8 +550,9 @@ fn a_watch_that_misreports_values_is_caught_by_the_record_checks() {
 }
 
 /// Every host of the fleet draws the same backoff jitter (one seed for
-/// all), as a fleet without jitter would: after a fleet-wide loss they
-/// retry in step.
+/// all), as a fleet without jitter would, and counts no fleet (no slots,
+/// which would spread it by rank on their own): after a fleet-wide loss
+/// they retry in step.
 #[derive(Clone)]
 struct Unjittered;
 
@@ -563,6 +564,7 @@ impl Wrap for Unjittered {
     fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
         coord::LivenessOptions {
             seed: Some(7),
+            fleet_spacing: None,
             ..nominal
         }
     }
