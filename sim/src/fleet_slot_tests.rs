@@ -5,21 +5,17 @@
 //! rank × 5 ms (mod 40 × 5 ms), a distinct rank per host.
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coord::{
-    EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata, LeaseId, LivenessOptions, Revision,
-};
-use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
-use madsim::net::Endpoint;
+use coord::{HostLiveness, HostMetadata, LivenessOptions, Revision};
 use madsim::runtime::Handle;
 use madsim::time::Instant;
 
-use crate::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use crate::client::{SimKeeper, SimWatchEvents};
 use crate::server;
-use crate::test_fakes::{block_on_within, lock, sim_client};
+use crate::test_fakes::{block_on_within, lock, sim_client, simulated_etcd_node, Bend, Bent};
 
 const HOSTS: u64 = 40;
 
@@ -27,57 +23,27 @@ const HOSTS: u64 = 40;
 /// test's start, ms), by host.
 type Opens = Arc<Mutex<Vec<(u64, u64)>>>;
 
-/// A simulated client that notes when it is asked to open a keep-alive.
+/// Notes when host `host` asks for a keep-alive stream; bends nothing.
 #[derive(Clone)]
 struct Noting {
-    inner: SimEtcd,
     host: u64,
     start: Instant,
     opens: Opens,
 }
 
-impl EtcdApi for Noting {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
+impl Bend for Noting {
     type WatchEvents = SimWatchEvents;
+    type Keeper = SimKeeper;
 
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.inner.range(request).await
+    fn watch(&self, _key: &[u8], _start: Revision, events: SimWatchEvents) -> SimWatchEvents {
+        events
     }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.inner.txn(txn).await
+    fn keeper(&self, keeper: SimKeeper) -> SimKeeper {
+        keeper
     }
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, SimWatchEvents), EtcdError> {
-        self.inner.watch(key, prefix, start).await
-    }
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.inner.lease_grant(ttl_secs).await
-    }
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.inner.lease_revoke(lease).await
-    }
-    async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(SimKeeper, SimReplies), EtcdError> {
+    fn opening(&self) {
         let at = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         lock(&self.opens).push((self.host, at));
-        self.inner.lease_keep_alive(lease).await
-    }
-    fn probe_hub(&self) -> Option<coord::ProbeHub> {
-        self.inner.probe_hub()
-    }
-    fn for_probe(&self) -> Self {
-        Noting {
-            inner: self.inner.for_probe(),
-            ..self.clone()
-        }
-    }
-    async fn silent(&self) {
-        self.inner.silent().await;
     }
 }
 
@@ -86,23 +52,11 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
     let opens: Opens = Arc::default();
     let noted = Arc::clone(&opens);
     let run = block_on_within(12, async move {
-        let start = Instant::now();
+        let etcd = simulated_etcd_node().await?;
+        let (addr, start) = (etcd.addr, etcd.start);
         let wall_at_start = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
-        let addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
-        let state = server::new_state();
-        let etcd = Handle::current()
-            .create_node()
-            .name("etcd")
-            .ip(addr.ip())
-            .build();
-        let Ok(Ok(ep)) = etcd.spawn(Endpoint::bind(addr)).await else {
-            return Err("etcd's endpoint".to_string());
-        };
-        etcd.spawn(server::serve(state.clone(), ep.clone(), start));
-        etcd.spawn(server::lessor(state.clone(), start));
-        etcd.spawn(server::flush_watches(state.clone(), ep.clone()));
         let client = Handle::current()
             .create_node()
             .name("hosts")
@@ -112,11 +66,13 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
             .spawn(async move {
                 let mut hosts = Vec::new();
                 for h in 0..HOSTS {
-                    let api = Noting {
+                    let api = Bent {
                         inner: sim_client(addr, h + 1, start).await?,
-                        host: h,
-                        start,
-                        opens: Arc::clone(&noted),
+                        bend: Noting {
+                            host: h,
+                            start,
+                            opens: Arc::clone(&noted),
+                        },
                     };
                     let opts = LivenessOptions {
                         seed: Some(h),
@@ -135,14 +91,15 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
         // Every host's first census is due 12-24 s after it registered.
         madsim::time::sleep(Duration::from_secs(30)).await;
         let down_at = u64::try_from(start.elapsed().as_millis()).unwrap_or(0);
-        etcd.spawn(server::leader_change(
-            state.clone(),
-            ep,
-            start,
-            Duration::from_secs(20),
-        ))
-        .await
-        .map_err(|e| format!("{e:?}"))?;
+        etcd.node
+            .spawn(server::leader_change(
+                etcd.state.clone(),
+                etcd.ep.clone(),
+                start,
+                Duration::from_secs(20),
+            ))
+            .await
+            .map_err(|e| format!("{e:?}"))?;
         let back_at = down_at + 20_000;
         madsim::time::sleep(Duration::from_secs(30)).await;
         let registered = hosts
@@ -154,7 +111,7 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
                 )
             })
             .count();
-        Ok((wall_at_start, back_at, registered, hosts))
+        Ok::<_, String>((wall_at_start, back_at, registered, hosts))
     });
     let (wall_at_start, back_at, registered, _hosts) = match run {
         Ok(r) => r,

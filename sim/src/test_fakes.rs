@@ -84,6 +84,10 @@ pub(crate) trait Bend: Clone + Send + Sync + 'static {
 
     /// The keep-alive sender of a lease's stream, made of the real one.
     fn keeper(&self, keeper: SimKeeper) -> Self::Keeper;
+
+    /// A keep-alive stream is asked for (before it is opened). Nothing by
+    /// default.
+    fn opening(&self) {}
 }
 
 /// A client of the simulated etcd, bent by `B`; the rest of its API passes
@@ -123,6 +127,7 @@ impl<B: Bend> EtcdApi for Bent<B> {
         self.inner.lease_revoke(lease).await
     }
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(B::Keeper, SimReplies), EtcdError> {
+        self.bend.opening();
         let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
         Ok((self.bend.keeper(keeper), replies))
     }
@@ -216,6 +221,22 @@ pub(crate) async fn rival_leading(
 /// Starts the simulated etcd on a node of its own; returns its address
 /// and the time it started.
 pub(crate) async fn simulated_etcd() -> Result<(SocketAddr, Instant), String> {
+    let etcd = simulated_etcd_node().await?;
+    Ok((etcd.addr, etcd.start))
+}
+
+/// A simulated etcd on a node of its own, with what a test needs to act
+/// on it (a leader change, say).
+pub(crate) struct SimulatedEtcd {
+    pub(crate) addr: SocketAddr,
+    pub(crate) start: Instant,
+    pub(crate) state: server::SharedEtcd,
+    pub(crate) ep: Endpoint,
+    pub(crate) node: madsim::runtime::NodeHandle,
+}
+
+/// Starts the simulated etcd on a node of its own.
+pub(crate) async fn simulated_etcd_node() -> Result<SimulatedEtcd, String> {
     let start = Instant::now();
     let etcd_addr = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1), 2379));
     let etcd = server::new_state();
@@ -229,8 +250,14 @@ pub(crate) async fn simulated_etcd() -> Result<(SocketAddr, Instant), String> {
     };
     etcd_node.spawn(server::serve(etcd.clone(), ep.clone(), start));
     etcd_node.spawn(server::lessor(etcd.clone(), start));
-    etcd_node.spawn(server::flush_watches(etcd, ep));
-    Ok((etcd_addr, start))
+    etcd_node.spawn(server::flush_watches(etcd.clone(), ep.clone()));
+    Ok(SimulatedEtcd {
+        addr: etcd_addr,
+        start,
+        state: etcd,
+        ep,
+        node: etcd_node,
+    })
 }
 
 /// A simulated watch stream's next message, read by a future that owns
