@@ -141,8 +141,7 @@ impl Census {
                 };
             }
             (State::Asking { fleet, later, .. }, false) => {
-                self.out.cmd(Command::Abandon { op: fleet });
-                self.out.cmd(Command::Abandon { op: later });
+                self.abandon(&[fleet, later]);
                 self.state = State::Off;
             }
             (State::Due { .. }, false) => self.state = State::Off,
@@ -160,8 +159,7 @@ impl Census {
                 deadline,
                 ..
             } if now >= deadline => {
-                self.out.cmd(Command::Abandon { op: fleet });
-                self.out.cmd(Command::Abandon { op: later });
+                self.abandon(&[fleet, later]);
                 self.rest(now);
             }
             _ => {}
@@ -188,7 +186,7 @@ impl Census {
             Outcome::Err(_) | Outcome::Unknown => {
                 if *op == fleet || *op == later {
                     let other = if *op == fleet { later } else { fleet };
-                    self.out.cmd(Command::Abandon { op: other });
+                    self.abandon(&[other]);
                     self.rest(now);
                 }
                 return None;
@@ -263,6 +261,14 @@ impl Census {
                 later: None,
             },
         };
+    }
+
+    /// Drops the census's reads `ops`: their answers, if any come, are
+    /// no longer awaited.
+    fn abandon(&mut self, ops: &[OpId]) {
+        for op in ops {
+            self.out.cmd(Command::Abandon { op: *op });
+        }
     }
 
     /// The next census is due `every` (jittered by up to a quarter) from

@@ -65,6 +65,16 @@ fn asked(c: &mut Census) -> (OpId, OpId) {
     (*all, *after)
 }
 
+/// A census registered at 0 and asked when due: the instant, and its two
+/// reads.
+fn asking(c: &mut Census) -> (u64, OpId, OpId) {
+    c.registered(t(0), true);
+    let due = c.poll_timeout().expect("a census due").as_millis();
+    c.timeout(t(due));
+    let (all, after) = asked(c);
+    (due, all, after)
+}
+
 #[test]
 fn a_census_is_due_a_while_after_registering_and_gives_the_rank() {
     let mut c = census();
@@ -101,10 +111,7 @@ fn a_census_is_due_a_while_after_registering_and_gives_the_rank() {
 #[test]
 fn a_failed_or_unanswered_census_changes_nothing_and_comes_again() {
     let mut c = census();
-    c.registered(t(0), true);
-    let due = c.poll_timeout().unwrap().as_millis();
-    c.timeout(t(due));
-    let (all, after) = asked(&mut c);
+    let (due, all, after) = asking(&mut c);
     let failed = Completion::Listed {
         op: all,
         outcome: Outcome::Err(Failure::Unavailable("no leader".into())),
@@ -129,10 +136,7 @@ fn a_failed_or_unanswered_census_changes_nothing_and_comes_again() {
 #[test]
 fn no_census_while_not_registered() {
     let mut c = census();
-    c.registered(t(0), true);
-    let due = c.poll_timeout().unwrap().as_millis();
-    c.timeout(t(due));
-    let (all, after) = asked(&mut c);
+    let (due, all, after) = asking(&mut c);
     c.registered(t(due + 1), false);
     let abandoned: Vec<Command> = std::iter::from_fn(|| c.poll()).collect();
     assert_eq!(
@@ -150,10 +154,7 @@ fn no_census_while_not_registered() {
 #[test]
 fn a_host_missing_from_its_count_ranks_last() {
     let mut c = census();
-    c.registered(t(0), true);
-    let due = c.poll_timeout().unwrap().as_millis();
-    c.timeout(t(due));
-    let (all, after) = asked(&mut c);
+    let (due, all, after) = asking(&mut c);
     let _ = c.io(t(due), &counted(all, 0));
     let slot = c.io(t(due), &counted(after, 0)).unwrap();
     assert_eq!(

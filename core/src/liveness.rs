@@ -96,6 +96,11 @@ impl LivenessConfig {
     /// Checks every parameter; the machine refuses to start otherwise.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.lease().validate()?;
+        self.validate_fleet()
+    }
+
+    /// Checks the fleet's parameters (see [`ConfigError::FleetOutOfRange`]).
+    fn validate_fleet(&self) -> Result<(), ConfigError> {
         match &self.fleet {
             Some(f)
                 if f.prefix.0.is_empty()
@@ -125,7 +130,8 @@ pub struct Liveness {
 impl Liveness {
     /// A machine for `config`. Nothing happens until `Input::Start`.
     pub fn new(config: LivenessConfig) -> Result<Self, ConfigError> {
-        config.validate()?;
+        // The engine checks the lease's parameters.
+        config.validate_fleet()?;
         let engine = LeaseEngine::new(config.lease(), 0)?;
         let census = config.fleet.clone().map(|fleet| {
             Census::new(
@@ -195,11 +201,13 @@ impl Liveness {
 
     /// The next deadline; call `handle(now, Input::Timeout)` once it passes.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let census = self.census.as_ref().and_then(Census::poll_timeout);
-        match (self.engine.poll_timeout(), census) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.engine.poll_timeout(),
+            self.census.as_ref().and_then(Census::poll_timeout),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// True while waiting on etcd: registering, or a failure not healed
