@@ -192,6 +192,18 @@ pub struct Backoff {
     rng: Rng,
     /// The fleet slot, once known (hosts only).
     slot: Option<Slot>,
+    /// What the client's prober last said of etcd.
+    heard: Heard,
+}
+
+/// What the client's prober last said of etcd, as the pacing heeds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// Nothing since the last success or return: retries go as drawn.
+    Nothing,
+    /// The prober found etcd silent: a slotted retry waits for its return
+    /// (see [`Backoff::hold`]).
+    Silent,
 }
 
 impl Backoff {
@@ -202,6 +214,7 @@ impl Backoff {
             attempt: 0,
             rng: Rng::new(seed),
             slot: None,
+            heard: Heard::Nothing,
         }
     }
 
@@ -218,12 +231,41 @@ impl Backoff {
 
     /// Records one failure and returns when to retry: `now` plus
     /// [`next_delay`](Self::next_delay), moved on to the fleet slot once
-    /// the failure has lasted [`SLOTTED_FROM_ATTEMPT`] attempts.
+    /// the failure has lasted [`SLOTTED_FROM_ATTEMPT`] attempts, and held
+    /// while etcd is silent (see [`hold`](Self::hold)).
     pub fn retry_at(&mut self, now: crate::Instant, class: FailureClass) -> crate::Instant {
         let at = now + self.next_delay(class);
         match self.slot() {
-            Some(slot) if self.attempt >= SLOTTED_FROM_ATTEMPT => slot.next(at),
+            Some(slot) if self.attempt >= SLOTTED_FROM_ATTEMPT => self.hold(now, slot.next(at)),
             _ => at,
+        }
+    }
+
+    /// The client's prober found etcd silent (a probe unanswered or
+    /// refused). Until a success or etcd's return ([`reset`](Self::reset)),
+    /// slotted retries are held (see [`hold`](Self::hold)). Nothing without
+    /// a slot or under [`Pacing::Plain`].
+    pub fn silenced(&mut self) {
+        if self.slot().is_some() {
+            self.heard = Heard::Silent;
+        }
+    }
+
+    /// A wait until `next_at`, held while etcd is silent: if this host has
+    /// a fleet slot, its failure has lasted [`SLOTTED_FROM_ATTEMPT`]
+    /// attempts and the prober last found etcd silent, the retry waits for
+    /// etcd's return (which [`cut`](Self::cut)s it to the next slot), so
+    /// that no request of the fleet's is queued at an etcd that is starting
+    /// and answered in one burst when it is ready. The prober probes
+    /// meanwhile. So that a prober that never reports cannot stall the
+    /// host, the wait ends anyway at the first slot a slow `cap` from
+    /// `now`. Otherwise `next_at` unchanged.
+    pub fn hold(&self, now: crate::Instant, next_at: crate::Instant) -> crate::Instant {
+        match self.slot() {
+            Some(slot) if self.attempt >= SLOTTED_FROM_ATTEMPT && self.heard == Heard::Silent => {
+                next_at.max(slot.next(now + self.config.cap))
+            }
+            _ => next_at,
         }
     }
 
@@ -268,9 +310,11 @@ impl Backoff {
         self.config.pacing == Pacing::Adaptive
     }
 
-    /// Forgets past failures (after a success).
+    /// Forgets past failures and a silence heard (after a success, or
+    /// etcd found back).
     pub fn reset(&mut self) {
         self.attempt = 0;
+        self.heard = Heard::Nothing;
     }
 
     /// A wait until `next_at`, cut short because etcd answers again (a
@@ -428,6 +472,63 @@ mod tests {
             plain.retry_at(now, FailureClass::Fast),
             now + Duration::from_millis(3_200)
         );
+    }
+
+    /// Once the prober found etcd silent, a slotted retry waits for etcd's
+    /// return (at most a slow cap, on the slot); the first two attempts,
+    /// a host without a slot and the baseline are not held; a return or a
+    /// success ends the hold.
+    #[test]
+    fn a_silence_holds_slotted_retries_until_etcd_returns() {
+        let slot = Slot::new(7, 100, Duration::from_millis(5), Duration::from_secs(5), 3);
+        let phase = |at: crate::Instant| (at.as_millis() + 3) % 500;
+        let now = crate::Instant::from_millis(10_000);
+        let far = now + Duration::from_secs(30);
+        let mut b = Backoff::new(BackoffConfig::default(), 42);
+        b.set_slot(Some(slot));
+        b.silenced();
+        // The first two retries are the host's own: not held.
+        for _ in 0..2 {
+            let at = b.retry_at(now, FailureClass::Fast);
+            assert!(at.as_millis() - 10_000 <= 1_000, "{at}");
+            assert_eq!(b.hold(now, at), at);
+        }
+        // From the third on: held a slow cap, on the slot.
+        for _ in 0..3 {
+            let at = b.retry_at(now, FailureClass::Fast);
+            assert_eq!(phase(at), 35, "{at}");
+            assert!(at >= far && at < far + Duration::from_millis(500), "{at}");
+        }
+        // A wait drawn before the silence was heard is pushed as far.
+        let drawn = now + Duration::from_millis(700);
+        let held = b.hold(now, drawn);
+        assert!(held >= far && phase(held) == 35, "{held}");
+        // etcd found back: cut to the next slot, and the hold is over.
+        let cut = b.cut(now, held);
+        assert!(phase(cut) == 35 && cut < now + Duration::from_millis(500));
+        b.reset();
+        for _ in 0..4 {
+            let at = b.retry_at(now, FailureClass::Fast);
+            assert!(at.as_millis() - 10_000 <= 1_500, "not held: {at}");
+        }
+        // A success ends it too.
+        b.silenced();
+        assert!(b.retry_at(now, FailureClass::Fast) >= far);
+        b.reset();
+        assert_eq!(b.hold(now, drawn), drawn);
+        // No slot (a session, a fleet not counted) or the baseline: never held.
+        for mut other in [
+            Backoff::new(BackoffConfig::default(), 42),
+            Backoff::new(BackoffConfig::plain(), 42),
+        ] {
+            other.set_slot(Some(slot).filter(|_| !other.heeds_returns()));
+            other.silenced();
+            for _ in 0..6 {
+                let at = other.retry_at(now, FailureClass::Fast);
+                assert!(at.as_millis() - 10_000 <= 3_200, "{at}");
+                assert_eq!(other.hold(now, at), at);
+            }
+        }
     }
 
     #[test]

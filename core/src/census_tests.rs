@@ -1,5 +1,3 @@
-use std::collections::BTreeMap;
-
 use super::*;
 use crate::io::Granted;
 use crate::io::Listing;
@@ -169,37 +167,27 @@ fn a_host_missing_from_its_count_ranks_last() {
     );
 }
 
-/// The liveness machine of a fleet: registers, takes its census, then
-/// paces a lasting failure's retries on its slot, and cuts a wait to it
-/// when etcd returns.
-#[test]
-fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
+/// Every command `m` has to send now (events dropped).
+fn commands(m: &mut Liveness) -> Vec<Command> {
+    std::iter::from_fn(|| m.poll())
+        .filter_map(|o| match o {
+            Output::Command(c) => Some(c),
+            Output::Event(_) => None,
+        })
+        .collect()
+}
+
+/// A host of a 1,000-host fleet, registered and counted (400 hosts after
+/// it: rank 599, slot period 5 s), whose keep-alive stream then breaks
+/// (refused). Returns the machine, its broken stream and the time.
+fn counted_host_cut_off() -> (Liveness, OpId, u64) {
     let mut config = LivenessConfig::new(Key(OWN.to_vec()), b"{}".to_vec(), 9);
     config.request_timeout = Duration::from_secs(2);
     config.start = StartPolicy::Retry;
     config.fleet = Some(FleetConfig::new(Key(PREFIX.to_vec()), 1_000_000));
     let mut m = Liveness::new(config).unwrap();
-    let mut kinds: BTreeMap<OpId, &str> = BTreeMap::new();
-    let mut drain = |m: &mut Liveness| -> Vec<Command> {
-        let cmds: Vec<Command> = std::iter::from_fn(|| m.poll())
-            .filter_map(|o| match o {
-                Output::Command(c) => Some(c),
-                Output::Event(_) => None,
-            })
-            .collect();
-        for c in &cmds {
-            match c {
-                Command::Grant { op, .. } => kinds.insert(*op, "grant"),
-                Command::Txn { op, .. } => kinds.insert(*op, "txn"),
-                Command::OpenKeepAlive { op, .. } => kinds.insert(*op, "open"),
-                Command::Range { op, .. } => kinds.insert(*op, "range"),
-                _ => None,
-            };
-        }
-        cmds
-    };
     m.handle(t(0), Input::Start).unwrap();
-    let cmds = drain(&mut m);
+    let cmds = commands(&mut m);
     let Some(Command::Grant { op, .. }) = cmds.first() else {
         panic!("{cmds:?}")
     };
@@ -215,7 +203,7 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
         }),
     )
     .unwrap();
-    let Some(Command::Txn { op, .. }) = drain(&mut m).first().cloned() else {
+    let Some(Command::Txn { op, .. }) = commands(&mut m).first().cloned() else {
         panic!("no attach")
     };
     let attached = crate::io::TxnResponse {
@@ -232,7 +220,7 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
         }),
     )
     .unwrap();
-    let Some(Command::OpenKeepAlive { op: stream, .. }) = drain(&mut m).first().cloned() else {
+    let Some(Command::OpenKeepAlive { op: stream, .. }) = commands(&mut m).first().cloned() else {
         panic!("no stream")
     };
     m.handle(
@@ -251,7 +239,7 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
     let reads = loop {
         now = m.poll_timeout().unwrap().as_millis();
         m.handle(t(now), Input::Timeout).unwrap();
-        let cmds = drain(&mut m);
+        let cmds = commands(&mut m);
         for c in &cmds {
             if let Command::SendKeepAlive { stream, .. } = c {
                 m.handle(
@@ -282,8 +270,6 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
     }
     let slot = m.slot().expect("a slot from the census");
     assert_eq!(slot.period(), Duration::from_secs(5), "1,000 × 5 ms");
-    // etcd refuses from now on: the stream breaks, and every reopen fails
-    // at once.
     m.handle(
         t(now),
         Input::Io(Completion::KeepAliveClosed {
@@ -292,14 +278,30 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
         }),
     )
     .unwrap();
+    let _ = commands(&mut m);
+    (m, stream, now)
+}
+
+/// Wall time ≡ 599 × 5 ms (mod 5 s): the slot of [`counted_host_cut_off`].
+fn on_slot(at: Instant) -> bool {
+    (at.as_millis() + 1_000_000) % 5_000 == 2_995
+}
+
+/// The liveness machine of a fleet: registers, takes its census, then
+/// paces a lasting failure's retries on its slot, holds them while the
+/// prober finds etcd silent, and cuts the wait to the slot when etcd
+/// returns.
+#[test]
+fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
+    let (mut m, _, _) = counted_host_cut_off();
+    // etcd refuses from now on: every reopen fails at once.
     // Each reopen of the stream (or, once the lease's deadline passed,
     // each resume) is sent at a retry instant.
     let mut retries = Vec::new();
-    let _ = drain(&mut m);
     while retries.len() < 8 {
         let at = m.poll_timeout().unwrap();
         m.handle(at, Input::Timeout).unwrap();
-        for c in drain(&mut m) {
+        for c in commands(&mut m) {
             if let Command::OpenKeepAlive { op, .. } = c {
                 retries.push(at);
                 m.handle(
@@ -315,7 +317,6 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
     }
     // The first retries are this host's own; from the third on, each is
     // on the slot: wall time ≡ 599 × 5 ms (mod 5 s).
-    let on_slot = |at: Instant| (at.as_millis() + 1_000_000) % 5_000 == 2_995;
     assert!(retries.len() == 8);
     assert!(
         retries[2..].iter().all(|at| on_slot(*at)),
@@ -325,13 +326,50 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
             .map(|a| (a.as_millis() + 1_000_000) % 5_000)
             .collect::<Vec<_>>()
     );
-    // etcd returns: the wait is cut to the next slot, not a random delay.
+    // The prober finds etcd silent: the slotted wait is held for etcd's
+    // return (a slow cap at most, on the slot), and nothing of the
+    // engine's goes meanwhile.
     let now = retries[7].as_millis() + 10;
+    let _ = commands(&mut m);
+    m.handle(t(now), Input::Silent).unwrap();
+    let held = m.poll_timeout().unwrap();
+    assert!(
+        on_slot(held) && held.as_millis() >= now + 30_000,
+        "held to {held}"
+    );
+    m.handle(t(now + 4_000), Input::Timeout).unwrap();
+    let sent: Vec<Command> = commands(&mut m)
+        .into_iter()
+        .filter(|c| !matches!(c, Command::Range { .. }))
+        .collect();
+    assert_eq!(sent, vec![], "sent while etcd was silent");
+    // etcd returns: the wait is cut to the next slot, not a random delay.
+    let now = now + 5_000;
     m.handle(t(now), Input::Returned { probe_sent: t(now) })
         .unwrap();
     let next = m.poll_timeout().unwrap();
     assert!(on_slot(next), "cut to {next}");
     assert!(next.as_millis() - now < 5_000);
+    // The retry goes there; when it fails, the next is this host's own
+    // again (etcd was found back): not held, not slotted.
+    m.handle(next, Input::Timeout).unwrap();
+    let reopen = commands(&mut m).into_iter().find_map(|c| match c {
+        Command::OpenKeepAlive { op, .. } => Some(op),
+        _ => None,
+    });
+    let Some(op) = reopen else {
+        panic!("no retry at the slot")
+    };
+    m.handle(
+        next,
+        Input::Io(Completion::KeepAliveClosed {
+            stream: op,
+            failure: Failure::Unavailable("refused".into()),
+        }),
+    )
+    .unwrap();
+    let again = m.poll_timeout().unwrap();
+    assert!(again.as_millis() - next.as_millis() <= 100, "{again}");
 }
 
 /// The fleet's parameters are checked with the rest: each range closed at
@@ -369,4 +407,69 @@ fn a_fleet_config_out_of_range_is_refused() {
         c
     })
     .is_err());
+}
+
+/// A stream that keeps failing to reopen while the lease is still alive:
+/// once the prober finds etcd silent, the reopen waiting on the slot is
+/// held (past the lease's deadline, which then passes with the wait kept),
+/// and nothing is sent until etcd returns.
+#[test]
+fn a_silence_holds_a_slotted_reopen_of_a_live_lease() {
+    let (mut m, _, start) = counted_host_cut_off();
+    let refuse = |m: &mut Liveness, at: Instant, op: OpId| {
+        m.handle(
+            at,
+            Input::Io(Completion::KeepAliveClosed {
+                stream: op,
+                failure: Failure::Unavailable("refused".into()),
+            }),
+        )
+        .unwrap();
+    };
+    // Reopens fail until one is sent on the slot; the next slot is past
+    // the lease's deadline, which comes first.
+    let now = loop {
+        let at = m.poll_timeout().unwrap();
+        m.handle(at, Input::Timeout).unwrap();
+        let reopen = commands(&mut m).into_iter().find_map(|c| match c {
+            Command::OpenKeepAlive { op, .. } => Some(op),
+            _ => None,
+        });
+        if let Some(op) = reopen {
+            refuse(&mut m, at, op);
+            if on_slot(at) {
+                break at.as_millis();
+            }
+        }
+        assert!(at.as_millis() < start + 10_000, "no reopen on the slot");
+    };
+    let _ = commands(&mut m);
+    let deadline = m.expires_at().expect("still held: the lease lives");
+    assert_eq!(m.poll_timeout(), Some(deadline));
+    assert!(deadline.as_millis() < now + 5_000, "before the next slot");
+    m.handle(t(now), Input::Silent).unwrap();
+    // The lease's deadline passes without a request, and so does the
+    // slot that was next.
+    let mut at = m.poll_timeout().unwrap();
+    let mut last = t(now);
+    while at.as_millis() < now + 30_000 {
+        m.handle(at, Input::Timeout).unwrap();
+        last = at;
+        let sent: Vec<Command> = commands(&mut m)
+            .into_iter()
+            .filter(|c| !matches!(c, Command::Range { .. }))
+            .collect();
+        assert_eq!(sent, vec![], "sent at {at} while etcd was silent");
+        at = m.poll_timeout().unwrap();
+    }
+    assert!(on_slot(at), "the hold ends on the slot: {at}");
+    // etcd returns: the wait is cut to the next slot.
+    let back = last + Duration::from_millis(1);
+    m.handle(back, Input::Returned { probe_sent: back })
+        .unwrap();
+    let next = m.poll_timeout().unwrap();
+    assert!(
+        on_slot(next) && next < back + Duration::from_secs(5),
+        "{next}"
+    );
 }

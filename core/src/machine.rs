@@ -25,6 +25,10 @@ pub trait Machine {
     /// `probe_sent` is when the probe that found etcd back was sent.
     fn returned_input(probe_sent: Instant) -> Self::Input;
 
+    /// The input for "the client's prober found etcd silent" (see
+    /// [`Input::Silent`]).
+    fn silent_input() -> Self::Input;
+
     /// True while the machine waits on etcd: a request in flight (a grant,
     /// a listing), or a failure not healed yet (a backoff, a retry, a
     /// reopened stream not confirmed). Meanwhile the client's probe
@@ -67,6 +71,11 @@ pub enum Input {
         /// When the probe that found etcd back was sent.
         probe_sent: Instant,
     },
+    /// The client's prober found etcd silent (a probe unanswered or
+    /// refused): a host's retries on its fleet slot wait for
+    /// [`Input::Returned`] (see [`Backoff::hold`](crate::Backoff::hold)).
+    /// Machines without a slot ignore it.
+    Silent,
     /// A request or stream the machine started answered.
     Io(Completion),
 }
@@ -93,6 +102,10 @@ macro_rules! impl_machine {
             fn returned_input(probe_sent: $crate::time::Instant) -> $input {
                 type I = $input;
                 I::Returned { probe_sent }
+            }
+
+            fn silent_input() -> $input {
+                <$input>::Silent
             }
 
             fn awaits_etcd(&self) -> bool {

@@ -508,6 +508,8 @@ impl Mirror {
             Input::Close => self.close(),
             Input::Timeout => self.timeout(now, ids),
             Input::Returned { probe_sent } => self.cut(now, probe_sent, ids),
+            // A watcher has no fleet slot: its retries are its own.
+            Input::Silent => {}
             Input::Io(c) => {
                 let _ = self.io(now, c, ids);
             }

@@ -10,8 +10,13 @@
 //! was silent and answers again), the prober reports
 //! [`ProbeEvent::Returned`], and the driver gives every machine
 //! [`Input::Returned`](crate::machine::Input::Returned): each cuts its
-//! backoff wait to a short jittered delay
-//! ([`Backoff::cut`](crate::Backoff::cut)).
+//! backoff wait to a short jittered delay or its fleet slot
+//! ([`Backoff::cut`](crate::Backoff::cut)). When a probe goes unanswered
+//! after etcd answered (or before it ever did), it reports
+//! [`ProbeEvent::Silent`], and the driver gives every machine
+//! [`Input::Silent`](crate::machine::Input::Silent): a host whose retries
+//! wait on its fleet slot then holds them until etcd's return, so that
+//! only the probe asks a silent etcd.
 //!
 //! Heavy requests (grants, puts, transactions) are never used to probe,
 //! and a probe answered while etcd never went silent cuts nothing: a slow
@@ -81,6 +86,9 @@ pub enum ProbeEvent {
         /// before it went out in the silence.
         sent: Instant,
     },
+    /// A probe went unanswered (or was refused) after etcd answered, or
+    /// before it ever did: slotted retries wait for `Returned`.
+    Silent,
 }
 
 /// What the prober last learned of etcd.
@@ -187,11 +195,18 @@ impl Prober {
         }
     }
 
-    /// A probe's verdict; reports a return, then probes on while demanded.
+    /// A probe's verdict; reports a return or a silence, then probes on
+    /// while demanded.
     fn learned(&mut self, now: Instant, health: Health) {
-        if health == Health::Answering && self.health == Health::Silent {
-            let sent = self.last_sent.unwrap_or(now);
-            self.out.event(ProbeEvent::Returned { sent });
+        match (self.health, health) {
+            (Health::Silent, Health::Answering) => {
+                let sent = self.last_sent.unwrap_or(now);
+                self.out.event(ProbeEvent::Returned { sent });
+            }
+            (Health::Unknown | Health::Answering, Health::Silent) => {
+                self.out.event(ProbeEvent::Silent);
+            }
+            _ => {}
         }
         self.health = health;
         self.next_probe(now);

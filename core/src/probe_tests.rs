@@ -60,17 +60,21 @@ fn a_return_after_silence_is_reported_once_and_probes_are_an_interval_apart() {
     let mut p = Prober::new(ProbeConfig::default());
     p.handle(t(0), ProbeInput::Demand(true));
     assert_eq!(drain(&mut p), vec![probe(1)]);
-    // Unanswered: silence; the next probe waits for the interval from the
-    // last send (here the timeout is as long, so it goes at once).
+    // Unanswered: silence, reported; the next probe waits for the interval
+    // from the last send (here the timeout is as long, so it goes at once).
     assert_eq!(p.poll_timeout(), Some(t(1_000)));
     p.handle(t(1_000), ProbeInput::Timeout);
     assert_eq!(
         drain(&mut p),
-        vec![Output::Command(Command::Abandon { op: OpId(1) }), probe(2)]
+        vec![
+            Output::Command(Command::Abandon { op: OpId(1) }),
+            Output::Event(ProbeEvent::Silent),
+            probe(2)
+        ]
     );
     assert_eq!(p.health(), Health::Silent);
-    // Refused at once: still silent, and the next probe rests until a
-    // second after this one was sent.
+    // Refused at once: still silent (not reported again), and the next
+    // probe rests until a second after this one was sent.
     answer(
         &mut p,
         1_010,
@@ -91,6 +95,21 @@ fn a_return_after_silence_is_reported_once_and_probes_are_an_interval_apart() {
     assert_eq!(drain(&mut p), vec![probe(4)]);
     answer(&mut p, 3_005, 4, ok());
     assert_eq!(drain(&mut p), vec![]);
+    // Silent again, refused this time: reported again, and so is the
+    // return after it.
+    p.handle(t(4_000), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(5)]);
+    answer(
+        &mut p,
+        4_001,
+        5,
+        Outcome::Err(Failure::StreamClosed("reset".into())),
+    );
+    assert_eq!(drain(&mut p), vec![Output::Event(ProbeEvent::Silent)]);
+    p.handle(t(5_000), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(6)]);
+    answer(&mut p, 5_002, 6, ok());
+    assert_eq!(drain(&mut p), vec![returned(5_000)]);
 }
 
 #[test]

@@ -105,6 +105,9 @@ pub enum Input {
         /// When the probe that found etcd back was sent.
         probe_sent: Instant,
     },
+    /// The client's prober found etcd silent (see
+    /// [`machine::Input::Silent`](crate::machine::Input::Silent)).
+    Silent,
     /// A request or stream answered.
     Io(Completion),
     /// Campaign for `name` (a key prefix ending with `/`) with `value`.
@@ -291,6 +294,7 @@ impl Session {
                     }
                 }
             }
+            Input::Silent => self.engine.handle(now, lease::Input::Silent)?,
             Input::Returned { probe_sent } => {
                 self.engine
                     .handle(now, lease::Input::Returned { probe_sent })?;

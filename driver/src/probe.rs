@@ -3,9 +3,9 @@
 //! client, and tells each handle's loop when etcd answers again.
 //!
 //! Each loop holds a [`Member`]: it says whether its machine waits out a
-//! backoff (the demand), and wakes when a probe found etcd back. The task
-//! runs only while some member waits, sends at most one cheap read per
-//! second, and ends when the hub is gone.
+//! backoff (the demand), and wakes when a probe found etcd silent or back
+//! ([`News`]). The task runs only while some member waits, sends at most
+//! one cheap read per second, and ends when the hub is gone.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,12 +30,8 @@ pub struct ProbeHub(Arc<Hub>);
 struct Hub {
     /// How many loops wait out a backoff now.
     demand: watch::Sender<usize>,
-    /// Each member's wake-up, in the order they joined: each time etcd
-    /// answers again after a silence, when the probe that found it back
-    /// was sent. One channel per member: tasks waiting on one shared tokio
-    /// `watch` wake in an order drawn from tokio's own unseeded RNG, which
-    /// would make simulated runs differ from one process to the next.
-    returned: Mutex<Vec<watch::Sender<Option<tokio::time::Instant>>>>,
+    /// What the probes found, told to every member.
+    board: Mutex<Board>,
     /// Bumped each time a loop found etcd silent (a request or stream
     /// unanswered).
     silences: watch::Sender<u64>,
@@ -61,7 +57,10 @@ impl ProbeHub {
     pub fn with_config(config: ProbeConfig) -> Self {
         ProbeHub(Arc::new(Hub {
             demand: watch::channel(0).0,
-            returned: Mutex::new(Vec::new()),
+            board: Mutex::new(Board {
+                members: Vec::new(),
+                silent: false,
+            }),
             silences: watch::channel(0).0,
             started: AtomicBool::new(false),
             config,
@@ -88,22 +87,58 @@ impl ProbeHub {
         ));
     }
 
-    /// A loop's membership: its demand, and the wake-up on etcd's return.
+    /// A loop's membership: its demand, and the news of etcd's silence
+    /// and return (a silence already found is told at once).
     pub(crate) fn member(&self) -> Member {
-        let (tx, returned) = watch::channel(None);
-        let mut members = self
+        let (tx, news) = watch::channel(None);
+        let mut board = self
             .0
-            .returned
+            .board
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        members.retain(|member| !member.is_closed());
-        members.push(tx);
-        drop(members);
+        if board.silent {
+            let _ = tx.send(Some(News::Silent));
+        }
+        board.members.retain(|member| !member.is_closed());
+        board.members.push(tx);
+        drop(board);
         Member {
             hub: Arc::clone(&self.0),
             waiting: false,
-            returned,
+            news,
         }
+    }
+}
+
+/// What a probe found, as a member is told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum News {
+    /// A probe went unanswered or was refused (see
+    /// [`Input::Silent`](coord_core::machine::Input::Silent)).
+    Silent,
+    /// etcd answers again after a silence; the probe that found it back
+    /// was sent then.
+    Returned(tokio::time::Instant),
+}
+
+/// The members' wake-ups and the last news.
+#[derive(Debug)]
+struct Board {
+    /// Each member's wake-up, in the order they joined. One channel per
+    /// member: tasks waiting on one shared tokio `watch` wake in an order
+    /// drawn from tokio's own unseeded RNG, which would make simulated
+    /// runs differ from one process to the next.
+    members: Vec<watch::Sender<Option<News>>>,
+    /// Whether etcd was last found silent (a member joining then is told).
+    silent: bool,
+}
+
+impl Board {
+    /// Tells every member; forgets those that are gone.
+    fn tell(&mut self, news: News) {
+        self.silent = news == News::Silent;
+        self.members
+            .retain(|member| member.send(Some(news)).is_ok());
     }
 }
 
@@ -111,7 +146,7 @@ impl ProbeHub {
 pub(crate) struct Member {
     hub: Arc<Hub>,
     waiting: bool,
-    returned: watch::Receiver<Option<tokio::time::Instant>>,
+    news: watch::Receiver<Option<News>>,
 }
 
 impl Member {
@@ -130,15 +165,16 @@ impl Member {
         });
     }
 
-    /// Completes when etcd answers again after a silence, with the send
-    /// time of the probe that found it back.
-    pub(crate) async fn returned(&mut self) -> tokio::time::Instant {
+    /// Completes with the next news: etcd found silent, or answering
+    /// again after a silence. News that came faster than it was read is
+    /// told once, as the latest.
+    pub(crate) async fn news(&mut self) -> News {
         loop {
-            if self.returned.changed().await.is_err() {
+            if self.news.changed().await.is_err() {
                 return std::future::pending().await;
             }
-            if let Some(sent) = *self.returned.borrow_and_update() {
-                return sent;
+            if let Some(news) = *self.news.borrow_and_update() {
+                return news;
             }
         }
     }
@@ -191,18 +227,25 @@ async fn run<A: EtcdApi>(
                     api.silent().await;
                 }
                 Output::Command(_) => {}
-                Output::Event(ProbeEvent::Returned { sent }) => {
+                Output::Event(event) => {
                     let Some(hub) = hub.upgrade() else { return };
-                    tracing::debug!(
-                        sent_ms = sent.as_millis(),
-                        "etcd answers again: cutting backoffs"
-                    );
-                    let sent = Some(clock.to_runtime(sent));
-                    // Members that are gone are dropped from the list.
-                    hub.returned
+                    let news = match event {
+                        ProbeEvent::Returned { sent } => {
+                            tracing::debug!(
+                                sent_ms = sent.as_millis(),
+                                "etcd answers again: cutting backoffs"
+                            );
+                            News::Returned(clock.to_runtime(sent))
+                        }
+                        ProbeEvent::Silent => {
+                            tracing::debug!("etcd is silent: holding slotted retries");
+                            News::Silent
+                        }
+                    };
+                    hub.board
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .retain(|member| member.send(sent).is_ok());
+                        .tell(news);
                 }
             }
         }

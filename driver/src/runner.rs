@@ -14,6 +14,7 @@ use tracing::warn;
 use crate::api::EtcdApi;
 use crate::clock::Clock;
 use crate::exec::{sleep_until, Executor};
+use crate::probe::News;
 
 /// What a handle adds to the run loop: how user requests reach the machine,
 /// where its events go, and (for a watcher) backpressure.
@@ -233,7 +234,10 @@ pub(crate) async fn run<A, M, H>(
                 }
             },
             () = host.deliver() => continue,
-            sent = probe.returned() => M::returned_input(clock.of_runtime(sent)),
+            news = probe.news() => match news {
+                News::Silent => M::silent_input(),
+                News::Returned(sent) => M::returned_input(clock.of_runtime(sent)),
+            },
             c = exec.next_watch(), if room => {
                 exec.arrived(&c);
                 M::Input::from(c)

@@ -53,6 +53,12 @@ pub(crate) fn returned(ms: u16, now: coord_core::Instant) -> Option<coord_core::
         .then(|| now.saturating_sub(std::time::Duration::from_millis(u64::from(ms % 1000))))
 }
 
+/// Whether an advance of `ms` ends with the prober finding etcd silent:
+/// about one advance in 32 (never one that ends with a return).
+pub(crate) fn silenced(ms: u16) -> bool {
+    ms % 32 == 19
+}
+
 /// A timeout fed before the machine's deadline (as a parent woken by a
 /// deadline of another part may feed it) changes nothing: no output, the
 /// same deadline. Checked at every advance that reaches no deadline.

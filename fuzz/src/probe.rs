@@ -5,7 +5,9 @@
 //!   sooner than an interval after the last;
 //! - only the probe in flight is ever abandoned;
 //! - `Returned` comes exactly when a probe is answered after the last
-//!   verdict was a silence, and names that probe's send time.
+//!   verdict was a silence, and names that probe's send time;
+//! - `Silent` comes exactly when a probe goes unanswered or is refused
+//!   after an answer (or before any).
 
 use std::time::Duration;
 
@@ -76,6 +78,8 @@ struct Harness {
     verdict: Verdict,
     /// A return the model expects from the step just fed: its send time.
     expect_return: Option<u64>,
+    /// A silence the last step found after an answer (or before any).
+    expect_silent: bool,
     milestones: usize,
 }
 
@@ -97,6 +101,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
         last_sent: None,
         verdict: Verdict::None,
         expect_return: None,
+        expect_silent: false,
         milestones: 0,
     };
     let n = steps.len();
@@ -125,6 +130,7 @@ impl Harness {
                         let timeout = self.config.request_timeout.as_millis();
                         if u128::from(self.now) >= u128::from(sent) + timeout {
                             // The probe times out: a silence.
+                            self.expect_silent = self.verdict != Verdict::Silent;
                             self.verdict = Verdict::Silent;
                         }
                     }
@@ -144,6 +150,7 @@ impl Harness {
                     if !silent && self.verdict == Verdict::Silent {
                         self.expect_return = Some(sent);
                     }
+                    self.expect_silent = silent && self.verdict != Verdict::Silent;
                     self.verdict = if silent {
                         Verdict::Silent
                     } else {
@@ -174,7 +181,9 @@ impl Harness {
 
     fn drain(&mut self, p: &mut Prober) {
         let expected = self.expect_return.take();
+        let expect_silent = std::mem::take(&mut self.expect_silent);
         let mut returned = None;
+        let mut silent = false;
         while let Some(out) = p.poll() {
             match out {
                 Output::Command(Command::Range { op, .. }) => {
@@ -200,9 +209,14 @@ impl Harness {
                     returned = Some(sent.as_millis());
                     self.milestones += 1;
                 }
+                Output::Event(ProbeEvent::Silent) => {
+                    assert!(!silent, "two silences at once");
+                    silent = true;
+                }
             }
         }
         assert_eq!(returned, expected, "a return exactly after silence");
+        assert_eq!(silent, expect_silent, "a silence exactly after an answer");
         if let Some(deadline) = p.poll_timeout() {
             assert!(
                 self.demand || self.in_flight.is_some(),

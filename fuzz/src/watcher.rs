@@ -215,10 +215,15 @@ impl Harness {
                     crate::early_timeout_changes_nothing(m, now);
                 }
                 // Some advances end with a probe finding etcd back (sent a
-                // little earlier). Decoded from the advance itself, so the
-                // committed inputs keep their meaning.
+                // little earlier), others with one finding it silent.
+                // Decoded from the advance itself, so the committed inputs
+                // keep their shape.
                 if let Some(probe_sent) = crate::returned(ms, now) {
                     assert_eq!(m.handle(now, Input::Returned { probe_sent }), Ok(()));
+                    self.drain(m);
+                }
+                if crate::silenced(ms) {
+                    assert_eq!(m.handle(now, Input::Silent), Ok(()));
                     self.drain(m);
                 }
                 return;

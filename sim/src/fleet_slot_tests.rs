@@ -1,8 +1,9 @@
 //! A counted fleet returns on its slots: 40 hosts on the simulated etcd,
 //! each with a client (and prober) of its own, take their census, then
-//! etcd has no leader for 20 s. Each host's first reopen of its keep-alive
-//! after etcd answers again is sent on its slot: wall-clock time ≡
-//! rank × 5 ms (mod 40 × 5 ms), a distinct rank per host.
+//! etcd has no leader for 20 s. Once the probers find etcd silent, no host
+//! reopens its keep-alive until etcd answers again; each host's first
+//! reopen after that is sent on its slot: wall-clock time ≡ rank × 5 ms
+//! (mod 40 × 5 ms), a distinct rank per host.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -100,7 +101,6 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
             ))
             .await
             .map_err(|e| format!("{e:?}"))?;
-        let back_at = down_at + 20_000;
         madsim::time::sleep(Duration::from_secs(30)).await;
         let registered = hosts
             .iter()
@@ -111,16 +111,25 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
                 )
             })
             .count();
-        Ok::<_, String>((wall_at_start, back_at, registered, hosts))
+        Ok::<_, String>((wall_at_start, down_at, registered, hosts))
     });
-    let (wall_at_start, back_at, registered, _hosts) = match run {
+    let (wall_at_start, down_at, registered, _hosts) = match run {
         Ok(r) => r,
         Err(e) => panic!("the run failed: {e}"),
     };
     assert_eq!(registered, 40, "every host is back");
+    let back_at = down_at + 20_000;
+    let all = lock(&opens).clone();
+    // Once the probers found etcd silent (their first probe, refused at
+    // once), the hosts' retries wait for its return: the few in the
+    // silence are each host's own first ones, sent within a second.
+    let in_silence: Vec<&(u64, u64)> = all
+        .iter()
+        .filter(|(_, at)| (down_at + 1_000..back_at).contains(at))
+        .collect();
+    assert_eq!(in_silence, Vec::<&(u64, u64)>::new(), "asked a silent etcd");
     // Each host's last reopen: the one etcd answered (sent as it came
     // back, or after).
-    let all = lock(&opens).clone();
     let mut last: Vec<(u64, u64)> = Vec::new();
     for (host, at) in all.into_iter().rev() {
         if !last.iter().any(|(h, _)| *h == host) {

@@ -250,6 +250,7 @@ impl LeaseEngine {
             Input::Close => self.on_close(now),
             Input::Timeout => self.on_timeout(now),
             Input::Returned { probe_sent } => self.cut(now, probe_sent),
+            Input::Silent => self.on_silent(now),
             Input::Io(c) => self.on_io(now, c),
         }
         Ok(())
@@ -344,6 +345,21 @@ impl LeaseEngine {
             _ => {}
         }
         self.backoff.reset();
+    }
+
+    /// The client's prober found etcd silent: a retry waiting on this
+    /// host's fleet slot now waits for etcd's return (see
+    /// [`Backoff::hold`]); requests in flight are left to their deadlines.
+    fn on_silent(&mut self, now: Instant) {
+        self.backoff.silenced();
+        match &mut self.state {
+            State::Waiting { next_at, .. } => *next_at = self.backoff.hold(now, *next_at),
+            State::Held {
+                link: Link::Down { retry_at, .. },
+                ..
+            } => *retry_at = self.backoff.hold(now, *retry_at),
+            _ => {}
+        }
     }
 
     fn on_io(&mut self, now: Instant, c: Completion) {

@@ -7,7 +7,7 @@
 //! no jitter, no fast class, a lost lease replaced), the same fleet size
 //! and outage, one after the other. The ratio is of the peaks.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use coord::{ConnectOptions, HostLiveness, HostMetadata};
 use coord_tests::etcd::EtcdCluster;
@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
-use crate::metrics::{scrape, value};
+use crate::metrics::{scrape_at, value};
 use crate::policy::Policy;
 use crate::stats::{Comparison, Series, Statistic};
 use crate::{kill9, Rng, Settings};
@@ -149,8 +149,8 @@ async fn scrape_bins(endpoint: String, mut stop: watch::Receiver<bool>) -> Vec<B
             .sum(),
     };
     let (mut last, mut last_at) = loop {
-        if let Some(page) = scrape(&endpoint).await {
-            break (read(&page), Instant::now());
+        if let Some((page, at)) = scrape_at(&endpoint).await {
+            break (read(&page), at);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
@@ -160,10 +160,9 @@ async fn scrape_bins(endpoint: String, mut stop: watch::Receiver<bool>) -> Vec<B
             () = tokio::time::sleep(BIN) => {}
             _ = stop.changed() => break,
         }
-        let Some(page) = scrape(&endpoint).await else {
+        let Some((page, now)) = scrape_at(&endpoint).await else {
             continue;
         };
-        let now = Instant::now();
         let c = read(&page);
         let scale = BIN.as_secs_f64() / now.duration_since(last_at).as_secs_f64().max(1e-3);
         bins.push(Bin {

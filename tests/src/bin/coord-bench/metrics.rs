@@ -6,13 +6,25 @@ use tokio::net::TcpStream;
 
 /// `endpoint`'s whole `/metrics` page, or `None` if it does not answer.
 pub async fn scrape(endpoint: &str) -> Option<String> {
+    Some(scrape_at(endpoint).await?.0)
+}
+
+/// `endpoint`'s whole `/metrics` page, and when etcd read its counters:
+/// taken as halfway between the request sent and the page's first byte
+/// (etcd gathers the counters before it writes the page; the time the
+/// rest of the page takes, which grows with etcd's load, is left out).
+pub async fn scrape_at(endpoint: &str) -> Option<(String, std::time::Instant)> {
     let addr = endpoint.strip_prefix("http://")?;
     let mut stream = TcpStream::connect(addr).await.ok()?;
     let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.ok()?;
-    Some(body)
+    let asked = std::time::Instant::now();
+    let mut page = vec![0; 64 * 1024];
+    let first = stream.read(&mut page).await.ok()?;
+    let at = asked + asked.elapsed() / 2;
+    page.truncate(first);
+    stream.read_to_end(&mut page).await.ok()?;
+    Some((String::from_utf8(page).ok()?, at))
 }
 
 /// The value of the sample `name` (with its labels, exactly as etcd
