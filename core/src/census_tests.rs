@@ -179,8 +179,8 @@ fn commands(m: &mut Liveness) -> Vec<Command> {
 
 /// A host of a 1,000-host fleet, registered and counted (400 hosts after
 /// it: rank 599, slot period 5 s), whose keep-alive stream then breaks
-/// (refused). Returns the machine, its broken stream and the time.
-fn counted_host_cut_off() -> (Liveness, OpId, u64) {
+/// (refused). Returns the machine and the time.
+fn counted_host_cut_off() -> (Liveness, u64) {
     let mut config = LivenessConfig::new(Key(OWN.to_vec()), b"{}".to_vec(), 9);
     config.request_timeout = Duration::from_secs(2);
     config.start = StartPolicy::Retry;
@@ -270,21 +270,38 @@ fn counted_host_cut_off() -> (Liveness, OpId, u64) {
     }
     let slot = m.slot().expect("a slot from the census");
     assert_eq!(slot.period(), Duration::from_secs(5), "1,000 × 5 ms");
-    m.handle(
-        t(now),
-        Input::Io(Completion::KeepAliveClosed {
-            stream,
-            failure: Failure::Unavailable("refused".into()),
-        }),
-    )
-    .unwrap();
+    refuse(&mut m, t(now), stream);
     let _ = commands(&mut m);
-    (m, stream, now)
+    (m, now)
 }
 
 /// Wall time ≡ 599 × 5 ms (mod 5 s): the slot of [`counted_host_cut_off`].
 fn on_slot(at: Instant) -> bool {
     (at.as_millis() + 1_000_000) % 5_000 == 2_995
+}
+
+/// etcd refuses the keep-alive stream `op` at `at`.
+fn refuse(m: &mut Liveness, at: Instant, op: OpId) {
+    m.handle(
+        at,
+        Input::Io(Completion::KeepAliveClosed {
+            stream: op,
+            failure: Failure::Unavailable("refused".into()),
+        }),
+    )
+    .unwrap();
+}
+
+/// Runs `m` to its next deadline: when that was, and the keep-alive
+/// stream it then opened, if any.
+fn next_reopen(m: &mut Liveness) -> (Instant, Option<OpId>) {
+    let at = m.poll_timeout().unwrap();
+    m.handle(at, Input::Timeout).unwrap();
+    let op = commands(m).into_iter().find_map(|c| match c {
+        Command::OpenKeepAlive { op, .. } => Some(op),
+        _ => None,
+    });
+    (at, op)
 }
 
 /// The liveness machine of a fleet: registers, takes its census, then
@@ -293,26 +310,15 @@ fn on_slot(at: Instant) -> bool {
 /// returns.
 #[test]
 fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
-    let (mut m, _, _) = counted_host_cut_off();
+    let (mut m, _) = counted_host_cut_off();
     // etcd refuses from now on: every reopen fails at once.
     // Each reopen of the stream (or, once the lease's deadline passed,
     // each resume) is sent at a retry instant.
     let mut retries = Vec::new();
     while retries.len() < 8 {
-        let at = m.poll_timeout().unwrap();
-        m.handle(at, Input::Timeout).unwrap();
-        for c in commands(&mut m) {
-            if let Command::OpenKeepAlive { op, .. } = c {
-                retries.push(at);
-                m.handle(
-                    at,
-                    Input::Io(Completion::KeepAliveClosed {
-                        stream: op,
-                        failure: Failure::Unavailable("refused".into()),
-                    }),
-                )
-                .unwrap();
-            }
+        if let (at, Some(op)) = next_reopen(&mut m) {
+            retries.push(at);
+            refuse(&mut m, at, op);
         }
     }
     // The first retries are this host's own; from the third on, each is
@@ -352,22 +358,11 @@ fn a_registered_host_retries_a_lasting_failure_on_its_fleet_slot() {
     assert!(next.as_millis() - now < 5_000);
     // The retry goes there; when it fails, the next is this host's own
     // again (etcd was found back): not held, not slotted.
-    m.handle(next, Input::Timeout).unwrap();
-    let reopen = commands(&mut m).into_iter().find_map(|c| match c {
-        Command::OpenKeepAlive { op, .. } => Some(op),
-        _ => None,
-    });
-    let Some(op) = reopen else {
+    let (at, Some(op)) = next_reopen(&mut m) else {
         panic!("no retry at the slot")
     };
-    m.handle(
-        next,
-        Input::Io(Completion::KeepAliveClosed {
-            stream: op,
-            failure: Failure::Unavailable("refused".into()),
-        }),
-    )
-    .unwrap();
+    assert_eq!(at, next);
+    refuse(&mut m, next, op);
     let again = m.poll_timeout().unwrap();
     assert!(again.as_millis() - next.as_millis() <= 100, "{again}");
 }
@@ -415,26 +410,11 @@ fn a_fleet_config_out_of_range_is_refused() {
 /// and nothing is sent until etcd returns.
 #[test]
 fn a_silence_holds_a_slotted_reopen_of_a_live_lease() {
-    let (mut m, _, start) = counted_host_cut_off();
-    let refuse = |m: &mut Liveness, at: Instant, op: OpId| {
-        m.handle(
-            at,
-            Input::Io(Completion::KeepAliveClosed {
-                stream: op,
-                failure: Failure::Unavailable("refused".into()),
-            }),
-        )
-        .unwrap();
-    };
+    let (mut m, start) = counted_host_cut_off();
     // Reopens fail until one is sent on the slot; the next slot is past
     // the lease's deadline, which comes first.
     let now = loop {
-        let at = m.poll_timeout().unwrap();
-        m.handle(at, Input::Timeout).unwrap();
-        let reopen = commands(&mut m).into_iter().find_map(|c| match c {
-            Command::OpenKeepAlive { op, .. } => Some(op),
-            _ => None,
-        });
+        let (at, reopen) = next_reopen(&mut m);
         if let Some(op) = reopen {
             refuse(&mut m, at, op);
             if on_slot(at) {

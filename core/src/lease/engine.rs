@@ -336,15 +336,21 @@ impl LeaseEngine {
             }
             other => self.state = other,
         }
+        self.move_wait(|backoff, at| backoff.cut(now, at));
+        self.backoff.reset();
+    }
+
+    /// Moves the wait for the next retry (of the lease, or of its broken
+    /// stream), if one is waited for, to what `to` makes of it.
+    fn move_wait(&mut self, to: impl FnOnce(&mut Backoff, Instant) -> Instant) {
         match &mut self.state {
-            State::Waiting { next_at, .. } => *next_at = self.backoff.cut(now, *next_at),
+            State::Waiting { next_at, .. } => *next_at = to(&mut self.backoff, *next_at),
             State::Held {
                 link: Link::Down { retry_at, .. },
                 ..
-            } => *retry_at = self.backoff.cut(now, *retry_at),
+            } => *retry_at = to(&mut self.backoff, *retry_at),
             _ => {}
         }
-        self.backoff.reset();
     }
 
     /// The client's prober found etcd silent: a retry waiting on this
@@ -352,14 +358,7 @@ impl LeaseEngine {
     /// [`Backoff::hold`]); requests in flight are left to their deadlines.
     fn on_silent(&mut self, now: Instant) {
         self.backoff.silenced();
-        match &mut self.state {
-            State::Waiting { next_at, .. } => *next_at = self.backoff.hold(now, *next_at),
-            State::Held {
-                link: Link::Down { retry_at, .. },
-                ..
-            } => *retry_at = self.backoff.hold(now, *retry_at),
-            _ => {}
-        }
+        self.move_wait(|backoff, at| backoff.hold(now, at));
     }
 
     fn on_io(&mut self, now: Instant, c: Completion) {
