@@ -131,6 +131,56 @@ fn a_failed_or_unanswered_census_changes_nothing_and_comes_again() {
     assert_eq!(c.io(t(again + 2_001), &counted(all, 4)), None, "too late");
 }
 
+/// A failed read of the later keys ends the census as a failed count of
+/// the fleet does; a failed answer to an op not the census's, or a
+/// timeout before the reads' deadline, changes nothing.
+#[test]
+fn either_read_failing_ends_the_census_and_nothing_else_does() {
+    let mut c = census();
+    let (due, all, after) = asking(&mut c);
+    let failed = |op| Completion::Listed {
+        op,
+        outcome: Outcome::Err(Failure::Unavailable("no leader".into())),
+    };
+    let deadline = c.poll_timeout();
+    assert_eq!(deadline, Some(t(due + 2_000)));
+    c.timeout(t(due + 1_999));
+    assert_eq!(c.poll(), None, "abandoned before the deadline");
+    assert_eq!(c.io(t(due + 1), &failed(OpId(999_999))), None);
+    assert_eq!(c.poll(), None, "a stray failure ended the census");
+    assert_eq!(c.poll_timeout(), deadline);
+    assert!(c.owns(all) && c.owns(after));
+    assert_eq!(c.io(t(due + 2), &failed(after)), None);
+    assert_eq!(c.poll(), Some(Command::Abandon { op: all }));
+    assert!(c.poll_timeout().unwrap().as_millis() >= due + 60_002);
+    assert!(!c.owns(all) && !c.owns(after));
+}
+
+/// Hosts that registered together do not take their census together: the
+/// first is due at a jittered instant, and so is each one after it.
+#[test]
+fn a_census_is_jittered_by_its_seed() {
+    let mut firsts = std::collections::BTreeSet::new();
+    let mut nexts = std::collections::BTreeSet::new();
+    for seed in 0..8 {
+        let mut c = Census::new(
+            fleet(),
+            Key(OWN.to_vec()),
+            Duration::from_secs(5),
+            Duration::from_secs(2),
+            seed,
+            1,
+        );
+        let (due, all, after) = asking(&mut c);
+        firsts.insert(due);
+        let _ = c.io(t(due), &counted(all, 3));
+        let _ = c.io(t(due), &counted(after, 1));
+        nexts.insert(c.poll_timeout().unwrap().as_millis() - due);
+    }
+    assert!(firsts.len() >= 6, "first censuses at {firsts:?}");
+    assert!(nexts.len() >= 6, "next censuses after {nexts:?}");
+}
+
 #[test]
 fn no_census_while_not_registered() {
     let mut c = census();
