@@ -45,18 +45,22 @@ pub(crate) fn pick(ops: &[OpId], which: u8) -> OpId {
     ops[usize::from(which) % ops.len()]
 }
 
-/// Whether an advance of `ms` ends with a probe finding etcd back, and
-/// when that probe was sent (up to a second before `now`): about one
-/// advance in 32.
-pub(crate) fn returned(ms: u16, now: coord_core::Instant) -> Option<coord_core::Instant> {
-    (ms % 32 == 7)
-        .then(|| now.saturating_sub(std::time::Duration::from_millis(u64::from(ms % 1000))))
-}
-
-/// Whether an advance of `ms` ends with the prober finding etcd silent:
-/// about one advance in 32 (never one that ends with a return).
-pub(crate) fn silenced(ms: u16) -> bool {
-    ms % 32 == 19
+/// What the client's prober tells `M` at the end of an advance of `ms`,
+/// if anything, decoded from the advance itself (so that committed inputs
+/// keep their shape): etcd found back, by a probe sent up to a second
+/// before `now`, on about one advance in 32; etcd found silent on about
+/// one in 32 others.
+pub(crate) fn probe_news<M: coord_core::Machine>(
+    ms: u16,
+    now: coord_core::Instant,
+) -> Option<M::Input> {
+    match ms % 32 {
+        7 => Some(M::returned_input(now.saturating_sub(
+            std::time::Duration::from_millis(u64::from(ms % 1000)),
+        ))),
+        19 => Some(M::silent_input()),
+        _ => None,
+    }
 }
 
 /// A timeout fed before the machine's deadline (as a parent woken by a

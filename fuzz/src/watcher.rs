@@ -214,16 +214,10 @@ impl Harness {
                 } else {
                     crate::early_timeout_changes_nothing(m, now);
                 }
-                // Some advances end with a probe finding etcd back (sent a
-                // little earlier), others with one finding it silent.
-                // Decoded from the advance itself, so the committed inputs
-                // keep their shape.
-                if let Some(probe_sent) = crate::returned(ms, now) {
-                    assert_eq!(m.handle(now, Input::Returned { probe_sent }), Ok(()));
-                    self.drain(m);
-                }
-                if crate::silenced(ms) {
-                    assert_eq!(m.handle(now, Input::Silent), Ok(()));
+                // Some advances end with the prober finding etcd back or
+                // silent.
+                if let Some(news) = crate::probe_news::<Watcher>(ms, now) {
+                    assert_eq!(m.handle(now, news), Ok(()));
                     self.drain(m);
                 }
                 return;
