@@ -17,12 +17,18 @@ fn fleet() -> FleetConfig {
 }
 
 fn census() -> Census {
+    seeded(7)
+}
+
+/// A census of host `OWN` (window 5 s, reads unanswered after 2 s)
+/// drawing its jitter from `seed`.
+fn seeded(seed: u64) -> Census {
     Census::new(
         fleet(),
         Key(OWN.to_vec()),
         Duration::from_secs(5),
         Duration::from_secs(2),
-        7,
+        seed,
         1,
     )
 }
@@ -163,14 +169,7 @@ fn a_census_is_jittered_by_its_seed() {
     let mut firsts = std::collections::BTreeSet::new();
     let mut nexts = std::collections::BTreeSet::new();
     for seed in 0..8 {
-        let mut c = Census::new(
-            fleet(),
-            Key(OWN.to_vec()),
-            Duration::from_secs(5),
-            Duration::from_secs(2),
-            seed,
-            1,
-        );
+        let mut c = seeded(seed);
         let (due, all, after) = asking(&mut c);
         firsts.insert(due);
         let _ = c.io(t(due), &counted(all, 3));
