@@ -53,7 +53,7 @@ impl Verify {
         prefix: &Key,
         revision: Revision,
     ) -> Verify {
-        match view.max_by_key(|kv| (kv.mod_revision, kv.key.clone())) {
+        match view.max_by_key(|&kv| (kv.mod_revision, &kv.key)) {
             Some(kv) => Verify::Key {
                 expect: kv.clone(),
                 revision,
