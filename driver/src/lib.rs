@@ -75,6 +75,7 @@ pub mod pool;
 mod probe;
 mod runner;
 pub mod session;
+mod shared_loop;
 mod status;
 pub mod telemetry;
 #[cfg(not(madsim))]

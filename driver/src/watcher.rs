@@ -9,8 +9,9 @@
 //! dropped and the view is always etcd's truth as of the newest revision
 //! processed (it may run ahead of the events not yet taken).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use coord_core::kv::KeyValue;
@@ -28,6 +29,7 @@ use crate::error::Error;
 use crate::liveness::DEFAULT_PREFIX;
 use crate::metadata::HostMetadata;
 use crate::runner::{run, Host};
+use crate::shared_loop::SharedLoop;
 use crate::status::ViewStatus;
 
 /// Options of [`HostWatcher::new`].
@@ -67,12 +69,19 @@ pub struct WatcherOptions {
 /// view) runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Driving {
-    /// On a task of its own: the view, `status()` and retries go on
-    /// whatever the consumer does (until `buffer` events wait untaken,
-    /// when etcd's stream is no longer read). Each event crosses from that
-    /// task to the consumer's.
+    /// Whatever the consumer does: the view, `status()` and retries go on
+    /// (until `buffer` events wait untaken, when etcd's stream is no
+    /// longer read). While the consumer waits in `next()` (on a Tokio
+    /// runtime), the loop runs in that call, so an event need not cross
+    /// from another task; at any other time it runs on a task of its own.
     #[default]
     Background,
+    /// On a task of its own, always: `next()` only takes what that task
+    /// handed over, so it may be awaited anywhere (another runtime, another
+    /// executor). Each event crosses from that task to the consumer's,
+    /// which costs a wake per event that [`Driving::Background`] mostly
+    /// saves.
+    OwnTask,
     /// Inside the consumer's own calls: `next()` (and `close()`, `wait()`)
     /// run the loop until an event is ready, so nothing moves between
     /// tasks and an event costs less CPU. Between calls nothing happens:
@@ -212,12 +221,15 @@ pub enum HostEvent<M> {
 #[derive(Debug)]
 pub struct HostWatcher<M = HostMetadata> {
     events: mpsc::Receiver<HostEvent<M>>,
-    view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
+    view: SharedView<M>,
     close: mpsc::UnboundedSender<()>,
     running: watch::Receiver<bool>,
     status: watch::Receiver<ViewStatus>,
     /// The loop, under [`Driving::InNext`] (until it ends).
     inline: tokio::sync::Mutex<Option<Loop>>,
+    /// The loop, under [`Driving::Background`]: run by a task of its own,
+    /// and by `next()` while it waits.
+    shared: Option<Arc<SharedLoop>>,
 }
 
 /// A watcher's loop, run by the consumer's calls ([`Driving::InNext`]).
@@ -270,7 +282,7 @@ where
         let (status_tx, status) = watch::channel(ViewStatus::Starting);
         let (ready_tx, ready) = oneshot::channel();
         let clock = Clock::start();
-        let view = Arc::new(Mutex::new(BTreeMap::new()));
+        let view = Arc::new(Mutex::new(HashMap::new()));
         let host = WatcherHost {
             events: events_tx,
             outbox: VecDeque::new(),
@@ -284,12 +296,17 @@ where
         let span = tracing::info_span!("watcher", prefix = %opts.prefix);
         let looping =
             tracing::Instrument::instrument(run(client, machine, host, clock, close_rx), span);
-        let mut inline = match opts.driving {
+        let (mut inline, shared) = match opts.driving {
             Driving::Background => {
-                tokio::spawn(looping);
-                None
+                let shared = SharedLoop::new(Box::pin(looping));
+                tokio::spawn(Arc::clone(&shared).background());
+                (None, Some(shared))
             }
-            Driving::InNext => Some(Loop(Box::pin(looping))),
+            Driving::OwnTask => {
+                tokio::spawn(looping);
+                (None, None)
+            }
+            Driving::InNext => (Some(Loop(Box::pin(looping))), None),
         };
         let mut ready = ready;
         let started = if opts.retry_first_snapshot {
@@ -314,6 +331,7 @@ where
             running,
             status,
             inline: tokio::sync::Mutex::new(inline),
+            shared,
         };
         match started {
             None | Some(Ok(Ok(()))) => Ok(handle),
@@ -326,19 +344,46 @@ where
     /// events already buffered (at most `buffer`) have been taken. Changes
     /// not yet buffered at close are not delivered. Under
     /// [`Driving::InNext`] this runs the watcher's loop until an event is
-    /// ready.
+    /// ready. Under [`Driving::Background`], while it waits it runs the
+    /// loop on the calling task (its own task runs it whenever no call
+    /// waits), so await it on the runtime the watcher was created on
+    /// (outside any Tokio runtime it only waits for the loop's task; from
+    /// another runtime, choose [`Driving::OwnTask`]).
     pub async fn next(&mut self) -> Option<HostEvent<M>> {
-        let inline = self.inline.get_mut();
+        let HostWatcher {
+            events,
+            inline,
+            shared,
+            ..
+        } = self;
+        if let Some(shared) = shared {
+            if tokio::runtime::Handle::try_current().is_err() {
+                // Not on a runtime: the loop's own task runs it.
+                return events.recv().await;
+            }
+            let turn = shared.turn();
+            return std::future::poll_fn(|cx| {
+                if let Poll::Ready(event) = events.poll_recv(cx) {
+                    return Poll::Ready(event);
+                }
+                // Run the loop meanwhile (once it ended, what it buffered
+                // is still taken, then the channel is closed).
+                let _ = turn.poll(cx);
+                events.poll_recv(cx)
+            })
+            .await;
+        }
+        let inline = inline.get_mut();
         let Some(Loop(looping)) = inline else {
-            return self.events.recv().await;
+            return events.recv().await;
         };
         tokio::select! {
             biased;
-            event = self.events.recv() => event,
+            event = events.recv() => event,
             () = looping.as_mut() => {
                 // The loop ended (closed): what it buffered is still taken.
                 *inline = None;
-                self.events.recv().await
+                events.recv().await
             }
         }
     }
@@ -356,7 +401,10 @@ where
 
     /// The live hosts as of the newest revision processed.
     pub fn view(&self) -> BTreeMap<String, HostRecord<M>> {
-        lock(&self.view).clone()
+        lock(&self.view)
+            .iter()
+            .map(|(host, record)| (host.clone(), record.clone()))
+            .collect()
     }
 
     /// What the watcher is doing: watching (the view is current), re-listing,
@@ -398,6 +446,11 @@ impl WatcherCloser {
     }
 }
 
+/// The hosts as the watcher's loop last saw them, shared with the handle.
+/// Hashed: the loop looks a host up for every event, and `view()`, far
+/// rarer, sorts.
+type SharedView<M> = Arc<Mutex<HashMap<String, HostRecord<M>>>>;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -410,7 +463,7 @@ struct WatcherHost<M> {
     /// them wait, etcd's streams are not read (backpressure).
     outbox: VecDeque<HostEvent<M>>,
     buffer: usize,
-    view: Arc<Mutex<BTreeMap<String, HostRecord<M>>>>,
+    view: SharedView<M>,
     ready: Option<oneshot::Sender<Result<(), Error>>>,
     running: watch::Sender<bool>,
     status: watch::Sender<ViewStatus>,

@@ -643,6 +643,15 @@ impl coord_sim::harness::Wrap for Uncounted {
             ..nominal
         }
     }
+    /// Watchers run their loops on tasks of their own, as every watcher did
+    /// when these seeds were found: a consumer's `next()` running the loop
+    /// shifts when every later task runs.
+    fn watcher_options(&self, nominal: coord::WatcherOptions) -> coord::WatcherOptions {
+        coord::WatcherOptions {
+            driving: coord::Driving::OwnTask,
+            ..nominal
+        }
+    }
 }
 
 fn assert_passes_timing_with<W: coord_sim::harness::Wrap>(

@@ -449,7 +449,7 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
     )
     .await
     .unwrap();
-    for driving in [Driving::Background, Driving::InNext] {
+    for driving in [Driving::Background, Driving::OwnTask, Driving::InNext] {
         let err = HostWatcher::<HostMetadata>::new(c.clone(), WatcherOptions { driving, ..opts() })
             .await
             .unwrap_err();
@@ -460,6 +460,11 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_loses_nothing_and_a_closer_ends_the_stream() {
     slow_consumer(Driving::Background).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_of_a_loop_on_its_own_task_loses_nothing() {
+    slow_consumer(Driving::OwnTask).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,4 +529,146 @@ async fn slow_consumer(driving: Driving) {
         .expect("the stream ends");
     assert!(end_of_stream.is_none());
     w.wait().await;
+}
+
+/// The default watcher's loop runs in `next()` while the consumer waits
+/// there, and on its own task otherwise: waits cut short by a timeout hand
+/// it back and forth without losing an event, the view keeps up while no
+/// call waits, and a call from outside any runtime is served by the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_passes_between_next_and_its_own_task_without_a_loss() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let c = etcd.client().await;
+    let mut w: HostWatcher = HostWatcher::new(
+        c.clone(),
+        WatcherOptions {
+            buffer: 1_000,
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
+    let mut view = BTreeMap::new();
+    let mut last = Revision(0);
+
+    // 1. Changes while the consumer's waits keep being cut short.
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            for i in 0..200 {
+                let value = format!("{{\"host_uuid\":\"h{}\",\"n\":{i}}}", i % 20);
+                c.clone()
+                    .put(format!("{P}h{}", i % 20), value, None)
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut cut_short = 0;
+    while !writer.is_finished() || last.0 < current_revision(&c).await {
+        assert!(tokio::time::Instant::now() < deadline, "caught up in time");
+        match tokio::time::timeout(Duration::from_micros(300), w.next()).await {
+            Ok(Some(e)) => apply(&mut view, &mut last, &e),
+            Ok(None) => panic!("the watcher closed"),
+            Err(_) => cut_short += 1,
+        }
+    }
+    assert!(cut_short > 0, "some waits were cut short");
+    assert_eq!(
+        view.keys().cloned().collect::<Vec<_>>(),
+        etcd_hosts(&c).await
+    );
+
+    // 2. Nobody waits in next(): the loop's own task keeps the view.
+    for i in 0..30 {
+        if i % 3 == 0 {
+            c.clone()
+                .delete(format!("{P}h{}", i % 20), None)
+                .await
+                .unwrap();
+        } else {
+            put_host(&c, &format!("late{i}"), None).await;
+        }
+    }
+    let end = current_revision(&c).await;
+    let want = etcd_hosts(&c).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while w.view().keys().cloned().collect::<Vec<_>>() != want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the view kept up without next()"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every change is still delivered, in order, once asked for.
+    while last.0 < end {
+        apply(&mut view, &mut last, &next(&mut w).await);
+    }
+    assert_eq!(view.keys().cloned().collect::<Vec<_>>(), want);
+
+    // 3. A call from a thread outside any runtime, waiting when the change
+    // comes: the loop's task serves it.
+    let (waiting_tx, waiting) = std::sync::mpsc::channel();
+    let outside = tokio::task::spawn_blocking(move || {
+        // A thread of the blocking pool has the runtime as its context; a
+        // thread of its own has none.
+        std::thread::spawn(move || {
+            let mut w = w;
+            let event = block_on_plain_thread(w.next(), waiting_tx);
+            (w, event)
+        })
+        .join()
+        .expect("served without a runtime")
+    });
+    let waiting =
+        tokio::task::spawn_blocking(move || waiting.recv_timeout(Duration::from_secs(30)));
+    waiting.await.unwrap().expect("the call waits");
+    put_host(&c, "from-outside", None).await;
+    let (w, event) = outside.await.unwrap();
+    assert!(
+        matches!(&event, Some(HostEvent::Up { host, .. }) if host == "from-outside"),
+        "{event:?}"
+    );
+    w.close().await;
+}
+
+async fn current_revision(c: &Client) -> i64 {
+    c.clone()
+        .get("x", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision()
+}
+
+/// Runs `f` to completion on this thread, parking between polls: no Tokio
+/// runtime is current here. Says so on `waiting` the first time `f` waits.
+fn block_on_plain_thread<F: std::future::Future>(
+    f: F,
+    waiting: std::sync::mpsc::Sender<()>,
+) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+        let _ = waiting.send(());
+        assert!(std::time::Instant::now() < deadline, "served in time");
+        std::thread::park_timeout(Duration::from_secs(1));
+    }
 }

@@ -24,12 +24,14 @@ struct Measured {
     cpu_us_per_event: f64,
 }
 
-/// Runs the benchmark: `s.rounds` rounds, each a coord run and a raw run.
+/// Runs the benchmark: `s.rounds` rounds, each a coord run per `Driving`
+/// and a raw run.
 pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Comparison> {
     let (hosts, puts) = (s.hosts, s.puts);
     let mut rate = (Vec::new(), Vec::new());
     let mut cpu = (Vec::new(), Vec::new());
     let mut in_next = (Vec::new(), Vec::new());
+    let mut own_task = Vec::new();
     for round in 0..s.rounds {
         let tag = rng.below(u64::MAX);
         let prefix = format!("/bench/watch/{tag:x}-c{round}/");
@@ -47,6 +49,11 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
                 in_next.1.push(m.cpu_us_per_event);
             }
             None => eprintln!("coord-bench: an in-next coord watcher round timed out; left out"),
+        }
+        let prefix = format!("/bench/watch/{tag:x}-o{round}/");
+        match coord_consumer(etcd, &prefix, hosts, puts, Driving::OwnTask).await {
+            Some(m) => own_task.push(m.cpu_us_per_event),
+            None => eprintln!("coord-bench: an own-task coord watcher round timed out; left out"),
         }
         let prefix = format!("/bench/watch/{tag:x}-r{round}/");
         match raw_consumer(etcd, &prefix, hosts, puts).await {
@@ -92,6 +99,24 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
             baseline: Series {
                 subject: raw_name.clone(),
                 values: rate.1.clone(),
+            },
+            ratio_of: Statistic::Median,
+            note: None,
+        },
+        Comparison {
+            id: "watcher-cpu-own-task".into(),
+            title: format!(
+                "Watcher CPU per event, loop always on its own task: {puts} puts over {hosts} hosts"
+            ),
+            unit: "us/event",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord (HostWatcher, Driving::OwnTask)".to_string(),
+                values: own_task,
+            },
+            baseline: Series {
+                subject: raw_name.clone(),
+                values: cpu.1.clone(),
             },
             ratio_of: Statistic::Median,
             note: None,
