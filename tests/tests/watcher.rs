@@ -472,20 +472,30 @@ async fn a_consumer_driving_the_loop_loses_nothing_across_pauses() {
     slow_consumer(Driving::InNext).await;
 }
 
-async fn slow_consumer(driving: Driving) {
+/// A single-node etcd, a client of it, and a watcher on it with `buffer`
+/// and `driving` (else [`opts`]).
+async fn watcher_on_fresh_etcd(
+    buffer: usize,
+    driving: Driving,
+) -> (EtcdCluster, Client, HostWatcher) {
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let c = etcd.client().await;
-    let mut w: HostWatcher = HostWatcher::new(
+    let w: HostWatcher = HostWatcher::new(
         c.clone(),
         WatcherOptions {
-            buffer: 4,
+            buffer,
             driving,
             ..opts()
         },
     )
     .await
     .unwrap();
+    (etcd, c, w)
+}
+
+async fn slow_consumer(driving: Driving) {
+    let (_etcd, c, mut w) = watcher_on_fresh_etcd(4, driving).await;
     assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
     // Far more changes than the buffer holds, while nobody reads.
     for i in 0..100 {
@@ -501,14 +511,7 @@ async fn slow_consumer(driving: Driving) {
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let end = c
-        .clone()
-        .get("x", None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision();
+    let end = current_revision(&c).await;
     let mut view = BTreeMap::new();
     let mut last = Revision(0);
     let mut count = 0;
@@ -537,18 +540,7 @@ async fn slow_consumer(driving: Driving) {
 /// call waits, and a call from outside any runtime is served by the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_passes_between_next_and_its_own_task_without_a_loss() {
-    init_tracing();
-    let etcd = EtcdCluster::single().await;
-    let c = etcd.client().await;
-    let mut w: HostWatcher = HostWatcher::new(
-        c.clone(),
-        WatcherOptions {
-            buffer: 1_000,
-            ..opts()
-        },
-    )
-    .await
-    .unwrap();
+    let (_etcd, c, mut w) = watcher_on_fresh_etcd(1_000, Driving::Background).await;
     assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
     let mut view = BTreeMap::new();
     let mut last = Revision(0);
