@@ -12,7 +12,8 @@
 //!
 //! How: the loop is always polled with one waker of its own. Its wakes set
 //! a flag and wake the consumer if one is waiting ([`Turn`]), else the
-//! background task. Whoever is woken polls the loop if the flag is set and
+//! background task; a wake that finds the flag still set (the consumer has
+//! not polled since the last one) wakes the background task too. Whoever is woken polls the loop if the flag is set and
 //! nobody else is polling it (a lock tried, never waited on); the poller
 //! looks at the flag again once it let go of the lock, so a wake that came
 //! while it polled (and whose wakee found the lock taken) is never lost.
@@ -88,10 +89,18 @@ impl Wake for Wakes {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::SeqCst);
+        let unserved = self.woken.swap(true, Ordering::SeqCst);
         let consumer = lock(&self.consumer).clone();
         match consumer {
-            Some(w) => w.wake(),
+            Some(w) => {
+                w.wake();
+                if unserved {
+                    // The consumer has not polled since the last wake: its
+                    // `next()` may be kept but not polled (held across
+                    // other awaits). The background task polls meanwhile.
+                    self.wake_background();
+                }
+            }
             None => self.wake_background(),
         }
     }
@@ -298,8 +307,25 @@ mod tests {
             assert_eq!((consumer.get(), bg.get()), (2, 1));
         }
         assert_eq!(bg.get(), 2);
+        {
+            // A consumer that waits but does not poll (its `next()` held
+            // across other awaits): the second wake it leaves unserved
+            // reaches the background task too.
+            let turn = shared.turn();
+            let waker = Waker::from(Arc::clone(&consumer));
+            assert!(turn.poll(&mut Context::from_waker(&waker)).is_pending());
+            assert_eq!(probe.polls(), 4);
+            probe.wake();
+            assert_eq!((consumer.get(), bg.get()), (3, 2));
+            probe.wake();
+            assert_eq!((consumer.get(), bg.get()), (4, 3));
+            assert!(poll_background(&shared, &mut task, &bg).is_pending());
+            assert_eq!(probe.polls(), 5, "the background task polled it");
+        }
+        assert_eq!(bg.get(), 3, "nothing left unserved");
+        probe.wake();
         assert!(poll_background(&shared, &mut task, &bg).is_pending());
-        assert_eq!(probe.polls(), 4);
+        assert_eq!(probe.polls(), 6);
         // Ended: both see it.
         probe.end.store(true, Ordering::SeqCst);
         probe.wake();
@@ -309,7 +335,7 @@ mod tests {
             .turn()
             .poll(&mut Context::from_waker(&waker))
             .is_ready());
-        assert_eq!(probe.polls(), 5);
+        assert_eq!(probe.polls(), 7);
     }
 
     #[test]

@@ -73,7 +73,9 @@ pub enum Driving {
     /// (until `buffer` events wait untaken, when etcd's stream is no
     /// longer read). While the consumer waits in `next()` (on a Tokio
     /// runtime), the loop runs in that call, so an event need not cross
-    /// from another task; at any other time it runs on a task of its own.
+    /// from another task; at any other time it runs on a task of its own
+    /// (and so does it when a wake finds the last one not yet acted on: a
+    /// `next()` kept but not polled, held across other awaits).
     #[default]
     Background,
     /// On a task of its own, always: `next()` only takes what that task

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use coord::{
     BackoffConfig, Driving, Error, HostEvent, HostLiveness, HostMetadata, HostWatcher,
-    LivenessOptions, ResyncReason, Revision, WatcherOptions,
+    LivenessOptions, ResyncReason, Revision, ViewStatus, WatcherOptions,
 };
 use coord_tests::etcd::{free_ports, EtcdCluster};
 use coord_tests::init_tracing;
@@ -625,6 +625,49 @@ async fn the_loop_passes_between_next_and_its_own_task_without_a_loss() {
         "{event:?}"
     );
     w.close().await;
+}
+
+/// A `next()` kept but not polled (held while the consumer awaits
+/// something else) does not hold up the default watcher's loop once input
+/// comes: its own task runs it, so `status()` follows etcd meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_held_but_not_polled_leaves_the_loop_to_its_task() {
+    let (_etcd, c, mut w) = watcher_on_fresh_etcd(1_000, Driving::Background).await;
+    assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
+    let status = w.status();
+    let mut held = std::pin::pin!(w.next());
+    // Polled once, while nothing is happening: it waits, and is then left
+    // unpolled.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), &mut held)
+            .await
+            .is_err(),
+        "nothing to take yet"
+    );
+    for i in 0..50 {
+        put_host(&c, &format!("held{i}"), None).await;
+    }
+    let end = current_revision(&c).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if matches!(*status.borrow(), ViewStatus::Watching { revision } if revision.0 >= end) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the loop went on while next() was held: {:?}",
+            *status.borrow()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The held call then yields the first change.
+    let first = tokio::time::timeout(Duration::from_secs(20), &mut held)
+        .await
+        .expect("an event in time");
+    assert!(
+        matches!(&first, Some(HostEvent::Up { host, .. }) if host == "held0"),
+        "{first:?}"
+    );
 }
 
 async fn current_revision(c: &Client) -> i64 {
