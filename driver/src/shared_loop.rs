@@ -13,12 +13,12 @@
 //! How: the loop is always polled with one waker of its own. Its wakes set
 //! a flag and wake the consumer if one is waiting ([`Turn`]), else the
 //! background task; a wake that finds the flag still set (the consumer has
-//! not polled since the last one) wakes the background task too. Whoever is woken polls the loop if the flag is set and
-//! nobody else is polling it (a lock tried, never waited on); the poller
-//! looks at the flag again once it let go of the lock, so a wake that came
-//! while it polled (and whose wakee found the lock taken) is never lost.
-//! A consumer that stops waiting hands a pending wake to the background
-//! task.
+//! not polled since the last one) wakes the background task too. Whoever
+//! is woken polls the loop if the flag is set and nobody else is polling
+//! it (a lock tried, never waited on); the poller looks at the flag again
+//! once it let go of the lock, so a wake that came while it polled (and
+//! whose wakee found the lock taken) is never lost. A consumer that stops
+//! waiting hands a pending wake to the background task.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -260,15 +260,21 @@ mod tests {
         }
     }
 
-    /// Polls the background task's part once with `waker`.
-    fn poll_background(
-        shared: &Arc<SharedLoop>,
-        task: &mut Pin<Box<dyn Future<Output = ()> + Send>>,
-        waker: &Arc<Count>,
+    /// Polls once, through `poll`, with a waker counting into `count`.
+    fn poll_counted(
+        count: &Arc<Count>,
+        poll: impl FnOnce(&mut Context<'_>) -> Poll<()>,
     ) -> Poll<()> {
-        let _ = shared;
-        let waker = Waker::from(Arc::clone(waker));
-        task.as_mut().poll(&mut Context::from_waker(&waker))
+        let waker = Waker::from(Arc::clone(count));
+        poll(&mut Context::from_waker(&waker))
+    }
+
+    /// Polls the background task's part once, woken into `bg`.
+    fn poll_background(
+        task: &mut Pin<Box<dyn Future<Output = ()> + Send>>,
+        bg: &Arc<Count>,
+    ) -> Poll<()> {
+        poll_counted(bg, |cx| task.as_mut().poll(cx))
     }
 
     #[test]
@@ -279,10 +285,10 @@ mod tests {
         let mut task: Pin<Box<dyn Future<Output = ()> + Send>> =
             Box::pin(Arc::clone(&shared).background());
         // Never polled yet: the background task polls it at once.
-        assert!(poll_background(&shared, &mut task, &bg).is_pending());
+        assert!(poll_background(&mut task, &bg).is_pending());
         assert_eq!(probe.polls(), 1);
         // Not woken: polling again does not poll the loop.
-        assert!(poll_background(&shared, &mut task, &bg).is_pending());
+        assert!(poll_background(&mut task, &bg).is_pending());
         assert_eq!(probe.polls(), 1);
         probe.wake();
         assert_eq!(
@@ -292,14 +298,13 @@ mod tests {
         );
         {
             let turn = shared.turn();
-            let waker = Waker::from(Arc::clone(&consumer));
             // The consumer polls the loop the background task was woken
             // for; then input wakes the consumer, not the background task.
-            assert!(turn.poll(&mut Context::from_waker(&waker)).is_pending());
+            assert!(poll_counted(&consumer, |cx| turn.poll(cx)).is_pending());
             assert_eq!(probe.polls(), 2);
             probe.wake();
             assert_eq!((consumer.get(), bg.get()), (1, 1));
-            assert!(turn.poll(&mut Context::from_waker(&waker)).is_pending());
+            assert!(poll_counted(&consumer, |cx| turn.poll(cx)).is_pending());
             assert_eq!(probe.polls(), 3);
             // A wake the consumer leaves without acting on goes to the
             // background task when the turn ends.
@@ -312,29 +317,24 @@ mod tests {
             // across other awaits): the second wake it leaves unserved
             // reaches the background task too.
             let turn = shared.turn();
-            let waker = Waker::from(Arc::clone(&consumer));
-            assert!(turn.poll(&mut Context::from_waker(&waker)).is_pending());
+            assert!(poll_counted(&consumer, |cx| turn.poll(cx)).is_pending());
             assert_eq!(probe.polls(), 4);
             probe.wake();
             assert_eq!((consumer.get(), bg.get()), (3, 2));
             probe.wake();
             assert_eq!((consumer.get(), bg.get()), (4, 3));
-            assert!(poll_background(&shared, &mut task, &bg).is_pending());
+            assert!(poll_background(&mut task, &bg).is_pending());
             assert_eq!(probe.polls(), 5, "the background task polled it");
         }
         assert_eq!(bg.get(), 3, "nothing left unserved");
         probe.wake();
-        assert!(poll_background(&shared, &mut task, &bg).is_pending());
+        assert!(poll_background(&mut task, &bg).is_pending());
         assert_eq!(probe.polls(), 6);
         // Ended: both see it.
         probe.end.store(true, Ordering::SeqCst);
         probe.wake();
-        assert!(poll_background(&shared, &mut task, &bg).is_ready());
-        let waker = Waker::from(Arc::clone(&consumer));
-        assert!(shared
-            .turn()
-            .poll(&mut Context::from_waker(&waker))
-            .is_ready());
+        assert!(poll_background(&mut task, &bg).is_ready());
+        assert!(poll_counted(&consumer, |cx| shared.turn().poll(cx)).is_ready());
         assert_eq!(probe.polls(), 7);
     }
 
@@ -354,10 +354,10 @@ mod tests {
         let bg = Arc::new(Count::default());
         let mut task: Pin<Box<dyn Future<Output = ()> + Send>> =
             Box::pin(Arc::clone(&shared).background());
-        assert!(poll_background(&shared, &mut task, &bg).is_pending());
+        assert!(poll_background(&mut task, &bg).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), 1);
         assert!(bg.get() >= 1, "the poller is woken to poll again");
-        assert!(poll_background(&shared, &mut task, &bg).is_pending());
+        assert!(poll_background(&mut task, &bg).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         // Nobody else polls the loop meanwhile: a consumer finding the
         // lock taken leaves it to the holder.
@@ -365,11 +365,7 @@ mod tests {
         assert!(guard.is_ok());
         shared.wakes.woken.store(true, Ordering::SeqCst);
         let consumer = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&consumer));
-        assert!(shared
-            .turn()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending());
+        assert!(poll_counted(&consumer, |cx| shared.turn().poll(cx)).is_pending());
         drop(guard);
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert!(

@@ -366,14 +366,7 @@ async fn etcd_leader_killed_during_churn_loses_no_event() {
     let done = churn.await.unwrap();
     assert!(done > 60, "churn mostly succeeded ({done})");
     let survivors = etcd.client_to(&etcd.endpoints_except(leader)).await;
-    let end = survivors
-        .clone()
-        .get("probe", None)
-        .await
-        .unwrap()
-        .header()
-        .unwrap()
-        .revision();
+    let end = current_revision(&survivors).await;
     // etcd's own history since the snapshot, as the events a watcher owes.
     let mut stream = survivors
         .clone()
