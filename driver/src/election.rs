@@ -53,7 +53,7 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
 }
 
 /// Checks an election value (or a proclaimed one) as every campaign does:
-/// `Error::ValueTooLarge` above [`MAX_METADATA_LEN`](crate::MAX_METADATA_LEN)
+/// `Error::ValueTooLarge` above [`MAX_METADATA_LEN`]
 /// bytes (etcd refuses requests over 1.5 MiB by default).
 pub fn validate_value(value: &[u8]) -> Result<(), Error> {
     if value.len() > MAX_METADATA_LEN {

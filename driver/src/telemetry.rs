@@ -27,7 +27,7 @@
 //! is `true` or `false`; `kind` is `up`, `updated`, `down`, `synced`,
 //! `resynced` or `retrying`; a resync `reason` is `compacted`,
 //! `revision_went_back`, `history_diverged` or `cluster_changed` (see
-//! [`ResyncReason`](crate::ResyncReason)).
+//! [`ResyncReason`]).
 
 use std::time::Duration;
 

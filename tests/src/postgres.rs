@@ -144,6 +144,35 @@ impl PostgresServer {
         self.signal(Signal::SIGCONT);
     }
 
+    /// SIGSTOP the postmaster and every process it started (its sessions'
+    /// backends too): a server that stalled, whose open connections stay
+    /// open and silent.
+    pub fn stall(&self) {
+        self.signal_all(Signal::SIGSTOP);
+    }
+
+    /// SIGCONT after [`PostgresServer::stall`].
+    pub fn unstall(&self) {
+        self.signal_all(Signal::SIGCONT);
+    }
+
+    /// Signals the postmaster and its children (found in `/proc`).
+    fn signal_all(&self, signal: Signal) {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return;
+        };
+        let children = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| parent_of(*p) == Some(pid));
+        for p in std::iter::once(pid).chain(children) {
+            if let Ok(p) = i32::try_from(p) {
+                let _ = kill(Pid::from_raw(p), signal);
+            }
+        }
+    }
+
     fn signal(&self, signal: Signal) {
         if let Some(pid) = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok()) {
             let _ = kill(Pid::from_raw(pid), signal);
@@ -151,7 +180,7 @@ impl PostgresServer {
     }
 
     fn stop(&mut self, signal: Signal) {
-        self.resume();
+        self.unstall();
         if let Some(mut child) = self.child.take() {
             if let Ok(pid) = i32::try_from(child.id()) {
                 let _ = kill(Pid::from_raw(pid), signal);
@@ -165,4 +194,12 @@ impl Drop for PostgresServer {
     fn drop(&mut self) {
         self.stop(Signal::SIGQUIT);
     }
+}
+
+/// The parent of process `pid`, from `/proc/<pid>/stat` (the field after
+/// the command's closing parenthesis and the state).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }

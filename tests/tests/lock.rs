@@ -956,6 +956,47 @@ async fn a_stopped_postgres_server_is_refused_within_the_request_timeout() {
     ));
 }
 
+/// A server that stalls with a hold's session open: its connection stays
+/// open and silent, so only the holder's own checks can tell. The holder
+/// is told within two request timeouts and ends its connection, so the
+/// server, once it runs again, drops the lock for the next holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_finds_a_stalled_postgres_server_out_and_ends_its_session() {
+    init_tracing();
+    let server = PostgresServer::start().await;
+    let locker = |timeout| {
+        Locker::postgres(coord::lock::PostgresConfig {
+            request_timeout: timeout,
+            ..coord::lock::PostgresConfig::new(server.url())
+        })
+        .unwrap()
+    };
+    let a = locker(Duration::from_secs(1));
+    let mut held = a.try_acquire("kept").await.unwrap();
+    // Answered checks keep it held: three of them.
+    let early = tokio::time::timeout(Duration::from_millis(3_500), held.lost()).await;
+    assert!(early.is_err(), "lost while the server answered: {early:?}");
+    server.stall();
+    let lost = tokio::time::timeout(DEADLINE, held.lost())
+        .await
+        .expect("the holder is told its server went silent");
+    assert_eq!(lost, LockLost::Unanswered);
+    server.unstall();
+    let b = locker(Duration::from_secs(5));
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let next = loop {
+        match b.try_acquire("kept").await {
+            Ok(next) => break next,
+            Err(LockError::Locked) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the stalled holder's session kept the lock: {e:?}"),
+        }
+    };
+    assert!(next.token() > held.token());
+    assert_eq!(held.release().await, Ok(Released::AlreadyGone));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_hand_a_postgres_lock_over_200_times_and_a_killed_holder_is_dropped() {
     init_tracing();

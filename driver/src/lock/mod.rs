@@ -94,6 +94,12 @@ pub enum LockLost {
     /// dropped its advisory locks.
     #[error("disconnected")]
     Disconnected,
+    /// The server left a check of the connection holding it unanswered for
+    /// the request timeout (stalled, or cut off): the holder ended the
+    /// connection, so Postgres drops its advisory locks once it reads the
+    /// close, or finds the connection dead on its own.
+    #[error("the server did not answer")]
+    Unanswered,
     /// The etcd session's lease or the holder's key is gone.
     #[error("etcd: {0:?}")]
     Etcd(crate::Loss),

@@ -2,13 +2,28 @@
 //! its own, on which it takes `pg_try_advisory_lock(k)`, `k` a 64-bit
 //! hash of the name and slot. Postgres drops a session's advisory locks
 //! when the session ends, so a holder that dies releases at once, as soon
-//! as the server notices the disconnect; `lost()` fires when the
-//! holder's own connection ends.
+//! as the server notices the disconnect.
+//!
+//! Both ends watch the connection, so that neither waits on a silent one:
+//! - the holder asks the server a trivial query every `request_timeout`;
+//!   one left unanswered that long (a stalled server, a cut network) ends
+//!   the connection, and `lost()` fires
+//!   ([`LockLost::Unanswered`](super::LockLost::Unanswered)), as it does
+//!   when the connection ends by itself;
+//! - the session asks the server to probe the holder's connection with TCP
+//!   keepalives (first after twice the request timeout, then every request
+//!   timeout, given up after two unanswered), and to give up on data left
+//!   unacknowledged as long: a holder whose host vanished (powered off, cut
+//!   off) is dropped within about four request timeouts of its last check,
+//!   where the kernel's defaults would take over two hours. The holder
+//!   finds a silence out within two request timeouts, before the server
+//!   can drop its session.
 //!
 //! The token is a row of `coord_lock_tokens` (created if missing),
 //! incremented in the holder's session right after it takes the lock: it
 //! is as durable as the database, so it grows across server restarts.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use coord_core::lock::{Released, Slots};
@@ -29,7 +44,10 @@ pub struct PostgresConfig {
     /// How long an acquire (connecting, locking and counting the token)
     /// or a release may wait for the server before it fails with
     /// [`LockError::Backend`]; an acquire that fails so holds nothing.
-    /// Default 5 s; 10 ms to 5 min.
+    /// Also the pace of a hold's checks (one every request timeout, lost
+    /// when one is unanswered that long) and of the server's keepalives on
+    /// the hold's connection (see the module docs). Default 5 s; 10 ms to
+    /// 5 min.
     pub request_timeout: Duration,
 }
 
@@ -78,11 +96,13 @@ const NEXT_TOKEN: &str = "INSERT INTO coord_lock_tokens (name, token) VALUES ($1
 impl PostgresLocks {
     /// Checks `config` (nothing is sent yet).
     pub fn open(config: PostgresConfig) -> Result<PostgresLocks, LockError> {
-        let parsed = config
+        let mut parsed = config
             .url
             .parse::<tokio_postgres::Config>()
             .map_err(|e| LockError::BadOptions(format!("postgres url: {e}")))?;
         super::check_request_timeout("postgres", config.request_timeout)?;
+        let options = with_keepalives(parsed.get_options(), config.request_timeout);
+        parsed.options(&options);
         Ok(PostgresLocks {
             config: parsed,
             slots: config.slots,
@@ -102,14 +122,52 @@ impl PostgresLocks {
 
     async fn acquire(&self, name: &str) -> Result<Holder, LockError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
+        let client = Arc::new(client);
+        let ended = Arc::new(OnceLock::new());
+        let checked = Arc::clone(&client);
+        let why = Arc::clone(&ended);
+        let every = self.request_timeout;
         let connection = Watchdog::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "postgres lock connection ended");
-            }
+            let lost = tokio::select! {
+                // The connection first: it reads the answers the checks
+                // wait for (after a pause of this process, one may be
+                // waiting to be read when its timeout is found passed).
+                biased;
+                ended = connection => {
+                    if let Err(e) = ended {
+                        tracing::warn!(error = %e, "postgres lock connection ended");
+                    }
+                    LockLost::Disconnected
+                }
+                () = answered_until_silent(&checked, every) => {
+                    tracing::warn!(
+                        within = ?every,
+                        "postgres left a lock's check unanswered: its connection is ended"
+                    );
+                    LockLost::Unanswered
+                }
+            };
+            let _ = why.set(lost);
+            // Returning drops the connection (if still open): the session
+            // ends, and its locks with it, once the server reads the close.
         });
+        // Counts the server's keepalives (`with_keepalives`) from the
+        // latest data: at most the kernel's defaults apply before this.
+        if let Err(e) = client
+            .batch_execute(&format!(
+                "SET tcp_user_timeout = {}",
+                server_give_up(self.request_timeout).as_millis()
+            ))
+            .await
+        {
+            // Before Postgres 12 there is no such setting; the keepalives
+            // still drop a vanished holder, as long as nothing is in flight.
+            tracing::debug!(error = %e, "postgres: tcp_user_timeout not set");
+        }
         let hold = PostgresHold {
             client,
             connection,
+            ended,
             key: 0,
             released: false,
             request_timeout: self.request_timeout,
@@ -118,13 +176,64 @@ impl PostgresLocks {
     }
 }
 
+/// How long the server waits on a silent holder's connection before it
+/// drops the session: the keepalives' first probe after twice `timeout`,
+/// then one every `timeout`, two unanswered (four timeouts in all,
+/// counted in whole seconds from the connection's last data).
+fn server_give_up(timeout: Duration) -> Duration {
+    let (idle, interval, count) = keepalive_seconds(timeout);
+    Duration::from_secs(idle + interval * count)
+}
+
+/// The server's TCP keepalive settings for a holder's session, in whole
+/// seconds (Postgres takes no less; 0 would mean the kernel's default):
+/// idle, interval and count.
+fn keepalive_seconds(timeout: Duration) -> (u64, u64, u64) {
+    let interval = timeout.as_millis().div_ceil(1000).max(1);
+    let interval = u64::try_from(interval).unwrap_or(u64::MAX);
+    (interval.saturating_mul(2), interval, 2)
+}
+
+/// `existing` startup options (of the caller's URL, kept) with the
+/// server's keepalive settings for the holder's session added.
+fn with_keepalives(existing: Option<&str>, timeout: Duration) -> String {
+    let (idle, interval, count) = keepalive_seconds(timeout);
+    let ours = format!(
+        "-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval} \
+         -c tcp_keepalives_count={count}"
+    );
+    match existing {
+        Some(e) if !e.trim().is_empty() => format!("{} {ours}", e.trim()),
+        _ => ours,
+    }
+}
+
+/// Asks `client`'s server a trivial query every `every`; completes when
+/// one is left unanswered for `every`. Never completes once the
+/// connection failed: its own end says so.
+async fn answered_until_silent(client: &tokio_postgres::Client, every: Duration) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(every, client.simple_query("SELECT 1")).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return std::future::pending().await,
+            Err(_) => return,
+        }
+    }
+}
+
 /// A held advisory lock, on its own connection.
 #[derive(Debug)]
 pub(super) struct PostgresHold {
-    client: tokio_postgres::Client,
+    client: Arc<tokio_postgres::Client>,
     /// The connection's task: fires when the connection ends (and with it
-    /// the session's advisory locks); dropping it ends the connection.
+    /// the session's advisory locks) or a check of it goes unanswered
+    /// (then it ends it); dropping it ends the connection.
     connection: Watchdog,
+    /// Why the connection's task ended, once it did.
+    ended: Arc<OnceLock<LockLost>>,
     key: i64,
     released: bool,
     request_timeout: Duration,
@@ -208,7 +317,7 @@ impl PostgresHold {
             std::future::pending::<()>().await;
         }
         self.connection.fired().await;
-        LockLost::Disconnected
+        self.ended.get().cloned().unwrap_or(LockLost::Disconnected)
     }
 }
 
@@ -227,5 +336,43 @@ mod tests {
         // Pinned (FNV-1a of "jobs/" and slot 0 as 4 little-endian bytes,
         // computed apart): every process must compute the same key.
         assert_eq!(advisory_key("jobs", 0), -5_837_381_466_052_395_370);
+    }
+
+    #[test]
+    fn the_server_gives_up_on_a_silent_holder_after_four_request_timeouts() {
+        assert_eq!(keepalive_seconds(Duration::from_secs(5)), (10, 5, 2));
+        assert_eq!(
+            server_give_up(Duration::from_secs(5)),
+            Duration::from_secs(20)
+        );
+        // Whole seconds, never 0 (the kernel's default of two hours).
+        assert_eq!(keepalive_seconds(Duration::from_millis(10)), (2, 1, 2));
+        assert_eq!(keepalive_seconds(Duration::from_millis(1_001)), (4, 2, 2));
+        // The holder finds a silence out within two request timeouts (a
+        // check due, then unanswered); the server counts from the last
+        // check it read, up to one timeout before the silence: it drops
+        // the session no sooner than three timeouts after the silence.
+        for ms in [10, 500, 999, 1_000, 5_000, 300_000] {
+            let t = Duration::from_millis(ms);
+            assert!(server_give_up(t) >= 2 * t + t, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn the_callers_startup_options_are_kept_beside_the_keepalives() {
+        let ours =
+            "-c tcp_keepalives_idle=10 -c tcp_keepalives_interval=5 -c tcp_keepalives_count=2";
+        assert_eq!(with_keepalives(None, Duration::from_secs(5)), ours);
+        assert_eq!(with_keepalives(Some("  "), Duration::from_secs(5)), ours);
+        assert_eq!(
+            with_keepalives(Some("-c search_path=app"), Duration::from_secs(5)),
+            format!("-c search_path=app {ours}")
+        );
+        let locks =
+            PostgresLocks::open(PostgresConfig::new("host=h options='-c geqo=off'")).unwrap();
+        assert_eq!(
+            locks.config.get_options(),
+            Some(format!("-c geqo=off {ours}").as_str())
+        );
     }
 }
