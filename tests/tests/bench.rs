@@ -33,6 +33,10 @@ fn every_benchmark_produces_its_table_csv_and_plot() {
         ("heal-restart-3s", "Heal: etcd killed and restarted for 3 s"),
         ("heal-sigstop-3s", "Heal: etcd SIGSTOPped for 3 s"),
         ("heal-blackhole-3s", "Heal: etcd blackholed for 3 s"),
+        (
+            "herd-lease",
+            "Herd: lease grants and keep-alive stream opens together per 100 ms",
+        ),
         ("herd-grants", "Herd: lease grants per 100 ms"),
         (
             "herd-keepalive-opens",

@@ -1,8 +1,9 @@
 //! Benchmark 4, herd: a fleet of hosts, each with its own client, spread
 //! over several processes, lives through etcd killed and restarted; what
 //! hits etcd after its return is read from etcd's own `/metrics`, per
-//! 100 ms: lease grants, keep-alive stream opens, and every gRPC call
-//! started (the probes included). Counters start at 0 with the restarted
+//! 100 ms: lease grants and keep-alive stream opens together (the herd,
+//! what a host sends to get its lease back), each alone, and every gRPC
+//! call started (the probes included). Counters start at 0 with the restarted
 //! etcd. coord's policy against the go-coord-style one (plain doubling,
 //! no jitter, no fast class, a lost lease replaced), the same fleet size
 //! and outage, one after the other. The ratio is of the peaks.
@@ -43,7 +44,16 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
     let plain = fleet_through_outage(etcd, s, Policy::Plain, rng).await;
     let series = |bins: &[Bin], pick: Pick| bins.iter().map(pick).collect::<Vec<_>>();
     let total = |bins: &[Bin], pick: Pick| bins.iter().map(pick).sum::<f64>();
-    let what: [(&str, &str, Pick); 3] = [
+    // The herd the goal is judged on is the first: every request a host
+    // sends to get its lease back (a grant where the lease was lost, a
+    // keep-alive stream where it was kept), counted together, since each
+    // policy returns through its own mix of the two.
+    let what: [(&str, &str, Pick); 4] = [
+        (
+            "lease",
+            "lease grants and keep-alive stream opens together",
+            |b| b.grants + b.opens,
+        ),
         ("grants", "lease grants", |b| b.grants),
         ("keepalive-opens", "keep-alive stream opens", |b| b.opens),
         ("calls", "gRPC calls of every kind", |b| b.calls),
@@ -69,10 +79,15 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
             },
             ratio_of: Statistic::Max,
             note: Some(format!(
-                "over {} s after etcd's return: {:.0} in all for coord, {:.0} for the baseline (goal for the peak: under 0.1)",
+                "over {} s after etcd's return: {:.0} in all for coord, {:.0} for the baseline{}",
                 s.herd_window.as_secs(),
                 total(&coord, pick),
-                total(&plain, pick)
+                total(&plain, pick),
+                if id == "lease" {
+                    " (goal for the peak: under 0.1)"
+                } else {
+                    ""
+                }
             )),
         })
         .collect()
