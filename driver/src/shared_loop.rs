@@ -339,6 +339,27 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_polled_from_another_task_moves_its_wakes_there() {
+        // One `next()` moved to another task (or polled through another
+        // waker) between two polls: the loop's wakes follow it.
+        let probe = Arc::new(Probe::default());
+        let shared = SharedLoop::new(looping(&probe));
+        let (first, second) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let turn = shared.turn();
+        assert!(poll_counted(&first, |cx| turn.poll(cx)).is_pending());
+        probe.wake();
+        assert_eq!((first.get(), second.get()), (1, 0));
+        assert!(poll_counted(&second, |cx| turn.poll(cx)).is_pending());
+        assert_eq!(probe.polls(), 2);
+        probe.wake();
+        assert_eq!(
+            (first.get(), second.get()),
+            (1, 1),
+            "the wake reached the task that polled last"
+        );
+    }
+
+    #[test]
     fn a_wake_while_the_loop_is_polled_elsewhere_is_acted_on_by_the_poller() {
         // The loop wakes itself while polled (as a yield does, or input
         // whose wakee found the lock taken): the poller is woken to poll
