@@ -288,3 +288,36 @@ async fn run<A: EtcdApi>(
         prober.handle(clock.now(), input);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tell(hub: &ProbeHub, news: News) {
+        hub.0
+            .board
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .tell(news);
+    }
+
+    #[test]
+    fn a_member_joining_is_told_a_silence_still_on_and_not_one_that_ended() {
+        let hub = ProbeHub::new();
+        let early = hub.member();
+        assert_eq!(*early.news.borrow(), None);
+        tell(&hub, News::Silent);
+        let during = hub.member();
+        assert_eq!(*during.news.borrow(), Some(News::Silent), "told at once");
+        assert_eq!(*early.news.borrow(), Some(News::Silent));
+        let at = tokio::time::Instant::now();
+        tell(&hub, News::Returned(at));
+        let after = hub.member();
+        assert_eq!(
+            *after.news.borrow(),
+            None,
+            "a silence that ended is not news to a loop joining after it"
+        );
+        assert_eq!(*during.news.borrow(), Some(News::Returned(at)));
+    }
+}
