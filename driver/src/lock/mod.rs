@@ -7,7 +7,7 @@
 //! | [`Locker::file`] | a pid probe finds it dead, else the stale window passes | its marker was removed or replaced |
 //! | [`Locker::etcd`] | the session's lease expires (a TTL) | the lease or the key is lost |
 //! | `Locker::redis` (feature `redis`) | its key's TTL lapses | the key expired or changed hands |
-//! | `Locker::postgres` (feature `postgres`) | the server ends its session | its connection ended |
+//! | `Locker::postgres` (feature `postgres`) | the server ends its session (at once, or after its TCP keepalives go unanswered: about four request timeouts) | its connection ended, or a check of it went unanswered for a request timeout |
 //! | [`Locker::memory`] | process exit (tests) | [`MemoryLocks::evict`] ends it |
 //!
 //! A [`Locker`] hands out [`Holder`]s for names (checked by
