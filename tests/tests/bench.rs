@@ -81,6 +81,9 @@ fn bad_arguments_are_refused_with_usage() {
         &["nonsense"][..],
         &["all", "--trials", "0"],
         &["stop", "--seed"],
+        &["heal", "--heal-only", "restart"],
+        &["heal", "--heal-only", "unplugged:5"],
+        &["heal", "--heal-settle", "soon"],
         &[],
     ] {
         let run = Command::new(env!("CARGO_BIN_EXE_coord-bench"))

@@ -75,6 +75,12 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
     let proxy = Proxy::start(&member).await;
     let mut out = Vec::new();
     for outage in [Outage::Restart, Outage::Stop, Outage::Blackhole] {
+        if s.heal_only
+            .as_ref()
+            .is_some_and(|(kind, _)| kind != outage.id())
+        {
+            continue;
+        }
         for &secs in &s.outages {
             let mut coord_ms = Vec::new();
             let mut plain_ms = Vec::new();
@@ -149,6 +155,8 @@ async fn trial(
     for h in &fleet {
         h.heal(started, started, DEADLINE).await;
     }
+    // A fleet in its steady state has taken its census (`--heal-settle`).
+    tokio::time::sleep(s.heal_settle).await;
     let refresh_ms = u64::try_from((ttl / 3).as_millis()).unwrap_or(3_333);
     tokio::time::sleep(Duration::from_millis(rng.below(refresh_ms))).await;
     let began = Instant::now();

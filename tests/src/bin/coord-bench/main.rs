@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! coord-bench detection|stop|heal|herd|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]
+//!             [--heal-settle SECS] [--heal-only restart|sigstop|blackhole:SECS]
 //! ```
 //!
 //! Each benchmark prints a table (min, median, p99 and max of coord and of
@@ -21,10 +22,14 @@
 //!   a TCP proxy, for 5, 20 and 60 s; etcd answering again to each host's
 //!   lease kept alive again, against the go-coord-style policy (plain
 //!   doubling to 30 s, no jitter, no fast class, no resume) through the
-//!   same driver;
+//!   same driver. Each round's hosts are young (taken out within seconds
+//!   of registering) unless `--heal-settle` lets them run past their
+//!   first census (26 s or more: a fleet in its steady state);
+//!   `--heal-only` runs one outage kind and length;
 //! - `herd`: 1,000 hosts, each with its own client, in several processes,
-//!   through etcd killed and restarted: lease grants, keep-alive opens and
-//!   every gRPC call per 100 ms after its return (etcd's `/metrics`),
+//!   through etcd killed and restarted: lease grants and keep-alive opens
+//!   (together, and each alone) and every gRPC call per 100 ms after its
+//!   return (etcd's `/metrics`),
 //!   against the go-coord-style policy;
 //! - `failover`: a leader killed -9 to its successor leading (TTL 3 s),
 //!   against `etcdctl lock --ttl`; resign to successor, against `etcdctl
@@ -60,8 +65,9 @@ use std::process::ExitCode;
 use coord_tests::etcd::EtcdCluster;
 use stats::Comparison;
 
-const USAGE: &str =
-    "usage: coord-bench detection|stop|heal|herd|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]";
+const USAGE: &str = "usage: coord-bench detection|stop|heal|herd|failover|watcher|pool|all \
+     [--quick] [--out DIR] [--seed N] [--trials N] [--heal-settle SECS] \
+     [--heal-only restart|sigstop|blackhole:SECS]";
 
 /// What a run measures, from the flags.
 #[derive(Debug, Clone)]
@@ -84,6 +90,13 @@ pub struct Settings {
     pub heal_rounds: usize,
     pub heal_hosts: usize,
     pub heal_ttl: std::time::Duration,
+    /// How long a heal round's hosts run before etcd is taken out (0 by
+    /// default: young hosts; 26 s or more: past their first census, a
+    /// fleet in its steady state).
+    pub heal_settle: std::time::Duration,
+    /// Only this outage kind (`restart`, `sigstop`, `blackhole`) and
+    /// length (s), if set.
+    pub heal_only: Option<(String, u64)>,
     /// Herd benchmark: hosts, the processes they are spread over, their
     /// TTL, how long etcd is down, and how long after its return is
     /// measured.
@@ -112,6 +125,8 @@ impl Settings {
             heal_rounds: 4,
             heal_hosts: 5,
             heal_ttl: std::time::Duration::from_secs(10),
+            heal_settle: std::time::Duration::ZERO,
+            heal_only: None,
             herd_hosts: 1_000,
             herd_ttl: std::time::Duration::from_secs(10),
             herd_processes: 4,
@@ -135,6 +150,8 @@ impl Settings {
             heal_rounds: 1,
             heal_hosts: 2,
             heal_ttl: std::time::Duration::from_secs(2),
+            heal_settle: std::time::Duration::ZERO,
+            heal_only: None,
             herd_hosts: 60,
             herd_ttl: std::time::Duration::from_secs(2),
             herd_processes: 2,
@@ -207,6 +224,8 @@ struct Args {
     out: PathBuf,
     seed: u64,
     trials: Option<usize>,
+    heal_settle: Option<u64>,
+    heal_only: Option<(String, u64)>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -226,6 +245,8 @@ fn parse(args: &[String]) -> Result<Args, String> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
         trials: None,
+        heal_settle: None,
+        heal_only: None,
     };
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -239,6 +260,21 @@ fn parse(args: &[String]) -> Result<Args, String> {
                     return Err("--trials: at least 1".into());
                 }
                 a.trials = Some(n);
+            }
+            "--heal-settle" => {
+                let secs = value()?.parse().map_err(|_| "--heal-settle: seconds")?;
+                a.heal_settle = Some(secs);
+            }
+            "--heal-only" => {
+                let v = value()?;
+                let parsed = v.split_once(':').and_then(|(kind, secs)| {
+                    let known = matches!(kind, "restart" | "sigstop" | "blackhole");
+                    Some((kind.to_string(), secs.parse::<u64>().ok()?)).filter(|_| known)
+                });
+                let Some(only) = parsed else {
+                    return Err(format!("--heal-only: KIND:SECS, not {v:?}\n{USAGE}"));
+                };
+                a.heal_only = Some(only);
             }
             other => return Err(format!("unknown flag {other:?}\n{USAGE}")),
         }
@@ -293,6 +329,13 @@ async fn main() -> ExitCode {
     };
     if let Some(n) = args.trials {
         settings.trials = n;
+    }
+    if let Some(secs) = args.heal_settle {
+        settings.heal_settle = std::time::Duration::from_secs(secs);
+    }
+    if let Some((kind, secs)) = args.heal_only {
+        settings.outages = vec![secs];
+        settings.heal_only = Some((kind, secs));
     }
     if let Err(e) = std::fs::create_dir_all(&args.out) {
         eprintln!("coord-bench: {}: {e}", args.out.display());
