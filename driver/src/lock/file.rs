@@ -408,7 +408,7 @@ impl FileHold {
                 tokio::time::sleep(every).await;
                 if !touch(&refreshed, identity) {
                     tracing::warn!(path = %refreshed.display(), token = token.0, "lock marker taken over or removed");
-                    return;
+                    return LockLost::TakenOver;
                 }
             }
         });
@@ -459,8 +459,7 @@ impl FileHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        self.refresher.fired().await;
-        LockLost::TakenOver
+        self.refresher.fired().await
     }
 }
 

@@ -23,7 +23,7 @@
 //! incremented in the holder's session right after it takes the lock: it
 //! is as durable as the database, so it grows across server restarts.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use coord_core::lock::{Released, Slots};
@@ -123,12 +123,12 @@ impl PostgresLocks {
     async fn acquire(&self, name: &str) -> Result<Holder, LockError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
         let client = Arc::new(client);
-        let ended = Arc::new(OnceLock::new());
         let checked = Arc::clone(&client);
-        let why = Arc::clone(&ended);
         let every = self.request_timeout;
+        // Ending drops the connection (if still open): the session ends,
+        // and its locks with it, once the server reads the close.
         let connection = Watchdog::spawn(async move {
-            let lost = tokio::select! {
+            tokio::select! {
                 // The connection first: it reads the answers the checks
                 // wait for (after a pause of this process, one may be
                 // waiting to be read when its timeout is found passed).
@@ -146,10 +146,7 @@ impl PostgresLocks {
                     );
                     LockLost::Unanswered
                 }
-            };
-            let _ = why.set(lost);
-            // Returning drops the connection (if still open): the session
-            // ends, and its locks with it, once the server reads the close.
+            }
         });
         // Counts the server's keepalives (`with_keepalives`) from the
         // latest data: at most the kernel's defaults apply before this.
@@ -167,7 +164,6 @@ impl PostgresLocks {
         let hold = PostgresHold {
             client,
             connection,
-            ended,
             key: 0,
             released: false,
             request_timeout: self.request_timeout,
@@ -232,8 +228,6 @@ pub(super) struct PostgresHold {
     /// the session's advisory locks) or a check of it goes unanswered
     /// (then it ends it); dropping it ends the connection.
     connection: Watchdog,
-    /// Why the connection's task ended, once it did.
-    ended: Arc<OnceLock<LockLost>>,
     key: i64,
     released: bool,
     request_timeout: Duration,
@@ -316,8 +310,7 @@ impl PostgresHold {
         if self.released {
             std::future::pending::<()>().await;
         }
-        self.connection.fired().await;
-        self.ended.get().cloned().unwrap_or(LockLost::Disconnected)
+        self.connection.fired().await
     }
 }
 

@@ -294,6 +294,7 @@ impl RedisHold {
                 }
             }
             tracing::warn!(key = %k, "redis lock lost");
+            LockLost::Expired
         });
         RedisHold {
             conn,
@@ -341,8 +342,7 @@ impl RedisHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        self.refresher.fired().await;
-        LockLost::Expired
+        self.refresher.fired().await
     }
 }
 

@@ -7,12 +7,14 @@ use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::LockLost;
+
 /// Runs a hold's background task; the task ending by itself fires the
-/// watchdog (the hold is lost). Stopping it (or dropping it) aborts the
-/// task without firing.
+/// watchdog with the loss it returns (the hold is lost). Stopping it (or
+/// dropping it) aborts the task without firing.
 #[derive(Debug)]
 pub(super) struct Watchdog {
-    fired: watch::Receiver<bool>,
+    fired: watch::Receiver<Option<LockLost>>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -20,12 +22,12 @@ impl Watchdog {
     /// Spawns `task` on the current tokio runtime.
     pub(super) fn spawn<F>(task: F) -> Watchdog
     where
-        F: Future<Output = ()> + Send + 'static,
+        F: Future<Output = LockLost> + Send + 'static,
     {
-        let (fire, fired) = watch::channel(false);
+        let (fire, fired) = watch::channel(None);
         let task = tokio::spawn(async move {
-            task.await;
-            fire.send_replace(true);
+            let lost = task.await;
+            fire.send_replace(Some(lost));
         });
         Watchdog {
             fired,
@@ -40,7 +42,7 @@ impl Watchdog {
         allow(dead_code)
     )]
     pub(super) fn has_fired(&self) -> bool {
-        *self.fired.borrow()
+        self.fired.borrow().is_some()
     }
 
     /// Aborts the task (idempotent). A watchdog that had not fired then
@@ -51,10 +53,20 @@ impl Watchdog {
         }
     }
 
-    /// Completes once the task ended by itself; never if it was stopped
+    /// The loss, once the task ended by itself; never if it was stopped
     /// first.
-    pub(super) async fn fired(&self) {
-        super::signalled(&self.fired).await;
+    pub(super) async fn fired(&self) -> LockLost {
+        let mut fired = self.fired.clone();
+        // An error: stopped, the task was aborted before it ended.
+        let lost = fired
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|l| l.clone());
+        match lost {
+            Some(lost) => lost,
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -70,11 +82,12 @@ mod tests {
     use std::time::Duration;
 
     #[tokio::test]
-    async fn a_task_that_ends_fires_it() {
-        let dog = Watchdog::spawn(async {});
-        tokio::time::timeout(Duration::from_secs(30), dog.fired())
+    async fn a_task_that_ends_fires_it_with_its_loss() {
+        let dog = Watchdog::spawn(async { LockLost::Expired });
+        let lost = tokio::time::timeout(Duration::from_secs(30), dog.fired())
             .await
             .expect("a task that ended fires the watchdog");
+        assert_eq!(lost, LockLost::Expired);
         assert!(dog.has_fired());
     }
 
@@ -84,6 +97,7 @@ mod tests {
         let (_release, wait) = tokio::sync::oneshot::channel::<()>();
         let mut dog = Watchdog::spawn(async move {
             let _ = wait.await;
+            LockLost::TakenOver
         });
         dog.stop();
         dog.stop();
