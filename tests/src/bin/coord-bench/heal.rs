@@ -41,7 +41,7 @@ const DEADLINE: Duration = Duration::from_secs(120);
 
 /// How etcd is taken out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outage {
+pub enum Outage {
     /// kill -9, then started again on its data (leases kept).
     Restart,
     /// SIGSTOP, then SIGCONT.
@@ -52,6 +52,13 @@ enum Outage {
 }
 
 impl Outage {
+    const ALL: [Outage; 3] = [Outage::Restart, Outage::Stop, Outage::Blackhole];
+
+    /// The outage whose [`id`](Self::id) is `id`.
+    pub fn named(id: &str) -> Option<Outage> {
+        Outage::ALL.into_iter().find(|o| o.id() == id)
+    }
+
     fn id(self) -> &'static str {
         match self {
             Outage::Restart => "restart",
@@ -74,11 +81,8 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
     let member = etcd.members()[0].endpoint();
     let proxy = Proxy::start(&member).await;
     let mut out = Vec::new();
-    for outage in [Outage::Restart, Outage::Stop, Outage::Blackhole] {
-        if s.heal_only
-            .as_ref()
-            .is_some_and(|(kind, _)| kind != outage.id())
-        {
+    for outage in Outage::ALL {
+        if s.heal_only.is_some_and(|only| only != outage) {
             continue;
         }
         for &secs in &s.outages {

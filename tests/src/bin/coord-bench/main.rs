@@ -94,9 +94,9 @@ pub struct Settings {
     /// default: young hosts; 26 s or more: past their first census, a
     /// fleet in its steady state).
     pub heal_settle: std::time::Duration,
-    /// Only this outage kind (`restart`, `sigstop`, `blackhole`) and
-    /// length (s), if set.
-    pub heal_only: Option<(String, u64)>,
+    /// Only this outage kind, if set (`--heal-only`, whose length goes
+    /// into `outages`).
+    pub heal_only: Option<heal::Outage>,
     /// Herd benchmark: hosts, the processes they are spread over, their
     /// TTL, how long etcd is down, and how long after its return is
     /// measured.
@@ -225,7 +225,7 @@ struct Args {
     seed: u64,
     trials: Option<usize>,
     heal_settle: Option<u64>,
-    heal_only: Option<(String, u64)>,
+    heal_only: Option<(heal::Outage, u64)>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -268,8 +268,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--heal-only" => {
                 let v = value()?;
                 let parsed = v.split_once(':').and_then(|(kind, secs)| {
-                    let known = matches!(kind, "restart" | "sigstop" | "blackhole");
-                    Some((kind.to_string(), secs.parse::<u64>().ok()?)).filter(|_| known)
+                    Some((heal::Outage::named(kind)?, secs.parse::<u64>().ok()?))
                 });
                 let Some(only) = parsed else {
                     return Err(format!("--heal-only: KIND:SECS, not {v:?}\n{USAGE}"));
@@ -335,7 +334,7 @@ async fn main() -> ExitCode {
     }
     if let Some((kind, secs)) = args.heal_only {
         settings.outages = vec![secs];
-        settings.heal_only = Some((kind, secs));
+        settings.heal_only = Some(kind);
     }
     if let Err(e) = std::fs::create_dir_all(&args.out) {
         eprintln!("coord-bench: {}: {e}", args.out.display());
