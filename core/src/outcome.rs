@@ -5,10 +5,15 @@
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Failure {
-    /// The server could not be reached or refused at once (connection
-    /// refused, `Unavailable`, no leader). Retried soon.
+    /// The server answered that it cannot serve now, or could not be
+    /// reached (`Unavailable`, no leader). Retried soon.
     #[error("etcd unavailable: {0}")]
     Unavailable(String),
+    /// No connection could be made: nothing listens at etcd's address
+    /// (connection refused). The request never reached an etcd, so asking
+    /// again costs etcd nothing. Retried soon, as `Unavailable`.
+    #[error("etcd refused the connection: {0}")]
+    Refused(String),
     /// The lease the request named does not exist (expired or revoked).
     #[error("lease not found")]
     LeaseNotFound,
@@ -39,6 +44,7 @@ impl Failure {
     pub fn class(&self) -> crate::FailureClass {
         match self {
             Failure::Unavailable(_)
+            | Failure::Refused(_)
             | Failure::StreamClosed(_)
             | Failure::LeaseNotFound
             | Failure::FutureRevision => crate::FailureClass::Fast,

@@ -226,3 +226,87 @@ fn demand_told_again_while_resting_keeps_the_next_probe() {
     p.handle(t(1_000), ProbeInput::Timeout);
     assert_eq!(drain(&mut p), vec![probe(2)]);
 }
+
+fn refused() -> Outcome<Listing> {
+    Outcome::Err(Failure::Refused("connection refused".into()))
+}
+
+#[test]
+fn a_refused_probe_is_a_silence_probed_again_at_the_refused_pace() {
+    let mut p = Prober::new(ProbeConfig::default());
+    p.handle(t(0), ProbeInput::Demand(true));
+    assert_eq!(drain(&mut p), vec![probe(1)]);
+    // Refused at once: a silence, reported, and the next probe goes 50 ms
+    // after this one was sent, not a second.
+    answer(&mut p, 2, 1, refused());
+    assert_eq!(drain(&mut p), vec![Output::Event(ProbeEvent::Silent)]);
+    assert_eq!(p.health(), Health::Refused);
+    assert_eq!(p.poll_timeout(), Some(t(50)));
+    p.handle(t(49), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![]);
+    p.handle(t(50), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(2)]);
+    // Refused again: the silence is not told twice.
+    answer(&mut p, 51, 2, refused());
+    assert_eq!(drain(&mut p), vec![]);
+    assert_eq!(p.poll_timeout(), Some(t(100)));
+    p.handle(t(100), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(3)]);
+    // etcd listens again and answers: found back, named by this probe.
+    answer(&mut p, 103, 3, ok());
+    assert_eq!(drain(&mut p), vec![returned(100)]);
+    assert_eq!(p.health(), Health::Answering);
+    // Answering: the normal pace again.
+    assert_eq!(p.poll_timeout(), Some(t(1_100)));
+}
+
+#[test]
+fn an_etcd_that_accepts_connections_is_probed_at_the_normal_pace_however_it_answers() {
+    let mut p = Prober::new(ProbeConfig::default());
+    p.handle(t(0), ProbeInput::Demand(true));
+    assert_eq!(drain(&mut p), vec![probe(1)]);
+    answer(&mut p, 1, 1, refused());
+    assert_eq!(drain(&mut p), vec![Output::Event(ProbeEvent::Silent)]);
+    p.handle(t(50), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(2)]);
+    // The connection is taken (etcd starting, or a proxy that holds it)
+    // but no answer comes: still silent, and the next probe waits a whole
+    // interval from this one.
+    p.handle(t(1_050), ProbeInput::Timeout);
+    assert_eq!(
+        drain(&mut p),
+        vec![Output::Command(Command::Abandon { op: OpId(2) }), probe(3)]
+    );
+    assert_eq!(p.health(), Health::Silent);
+    // etcd answers "unavailable" (no leader) at once: it answered, so the
+    // next probe waits the whole interval too.
+    answer(
+        &mut p,
+        1_052,
+        3,
+        Outcome::Err(Failure::Unavailable("etcdserver: no leader".into())),
+    );
+    assert_eq!(drain(&mut p), vec![]);
+    assert_eq!(p.health(), Health::Silent);
+    assert_eq!(p.poll_timeout(), Some(t(2_050)));
+}
+
+#[test]
+fn a_refused_probe_after_an_answer_is_a_silence_told_once() {
+    let mut p = Prober::new(ProbeConfig::default());
+    p.handle(t(0), ProbeInput::Demand(true));
+    assert_eq!(drain(&mut p), vec![probe(1)]);
+    answer(&mut p, 1, 1, ok());
+    assert_eq!(drain(&mut p), vec![]);
+    p.handle(t(1_000), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(2)]);
+    answer(&mut p, 1_001, 2, refused());
+    assert_eq!(drain(&mut p), vec![Output::Event(ProbeEvent::Silent)]);
+    // Demand ends and comes back while refused: the refused pace holds.
+    p.handle(t(1_010), ProbeInput::Demand(false));
+    assert_eq!(p.poll_timeout(), None);
+    p.handle(t(1_020), ProbeInput::Demand(true));
+    assert_eq!(p.poll_timeout(), Some(t(1_050)));
+    p.handle(t(1_050), ProbeInput::Timeout);
+    assert_eq!(drain(&mut p), vec![probe(3)]);
+}

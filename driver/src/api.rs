@@ -13,10 +13,15 @@ pub use coord_core::io::Granted;
 /// How an etcd request failed, classified for the state machines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EtcdError {
-    /// etcd could not be reached or refused at once (connection refused,
-    /// `Unavailable`, no leader). Nothing was applied.
+    /// etcd could not be reached or answered that it cannot serve now
+    /// (`Unavailable`, no leader). Nothing was applied.
     #[error("etcd unavailable: {0}")]
     Unavailable(String),
+    /// No connection could be made: nothing listens at etcd's address
+    /// (connection refused). The request reached no etcd; nothing was
+    /// applied.
+    #[error("etcd refused the connection: {0}")]
+    Refused(String),
     /// The lease does not exist (expired or revoked).
     #[error("lease not found")]
     LeaseNotFound,
@@ -37,6 +42,12 @@ pub enum EtcdError {
     /// or etcd's send limit).
     #[error("response too large: {0}")]
     TooLarge(String),
+    /// The connection was reset or aborted under the request: by etcd, or
+    /// at once by a proxy in front of it that could not reach it. Its
+    /// effect is unknown, as for `Indeterminate`; the prober paces a probe
+    /// that failed so as one refused.
+    #[error("connection reset: {0}")]
+    Reset(String),
     /// The request failed in a way that leaves its effect unknown (the
     /// connection broke mid-request, a deadline passed).
     #[error("outcome unknown: {0}")]
@@ -50,7 +61,7 @@ impl EtcdError {
     /// The core's view of a unary request that failed this way.
     pub fn into_outcome<T>(self) -> Outcome<T> {
         match self {
-            EtcdError::Indeterminate(_) => Outcome::Unknown,
+            EtcdError::Indeterminate(_) | EtcdError::Reset(_) => Outcome::Unknown,
             other => Outcome::Err(other.into_failure()),
         }
     }
@@ -59,12 +70,13 @@ impl EtcdError {
     pub fn into_failure(self) -> Failure {
         match self {
             EtcdError::Unavailable(m) => Failure::Unavailable(m),
+            EtcdError::Refused(m) => Failure::Refused(m),
             EtcdError::LeaseNotFound => Failure::LeaseNotFound,
             EtcdError::Compacted { compact_revision } => Failure::Compacted(compact_revision),
             EtcdError::Overloaded(m) => Failure::Overloaded(m),
             EtcdError::TooLarge(m) => Failure::TooLarge(m),
             EtcdError::FutureRevision => Failure::FutureRevision,
-            EtcdError::Indeterminate(m) => Failure::StreamClosed(m),
+            EtcdError::Indeterminate(m) | EtcdError::Reset(m) => Failure::StreamClosed(m),
             EtcdError::Other(m) => Failure::Other(m),
         }
     }

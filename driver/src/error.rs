@@ -117,7 +117,9 @@ impl Error {
             AttemptFailure::Timeout => {
                 Error::Unreachable("no answer before the request deadline".into())
             }
-            AttemptFailure::Etcd(Failure::Unavailable(m)) => Error::Unreachable(m),
+            AttemptFailure::Etcd(Failure::Unavailable(m) | Failure::Refused(m)) => {
+                Error::Unreachable(m)
+            }
             other => Error::Registration(other),
         }
     }

@@ -15,12 +15,20 @@ use crate::api::{
 };
 
 /// Classifies an `etcd-client` error. Connection failures and
-/// `Unavailable` (including "no leader") are fast, definite failures;
+/// `Unavailable` (including "no leader") are fast, definite failures, and a
+/// refused connection (nothing listens) is told apart as `Refused`;
 /// transport breaks mid-request and deadlines leave the outcome unknown.
 pub fn classify(e: etcd_client::Error) -> EtcdError {
     match e {
         etcd_client::Error::GRpcStatus(status) => {
             let msg = status.message().to_string();
+            match (status.code(), connection_fate(&status)) {
+                (Code::Unavailable, Some(Fate::Refused)) => return EtcdError::Refused(msg),
+                (Code::Unavailable | Code::Unknown | Code::Cancelled, Some(Fate::Reset)) => {
+                    return EtcdError::Reset(format!("{:?}: {msg}", status.code()))
+                }
+                _ => {}
+            }
             match status.code() {
                 // tonic's decode limit ("decoded message length too large")
                 // or etcd's send limit ("larger than max").
@@ -44,6 +52,9 @@ pub fn classify(e: etcd_client::Error) -> EtcdError {
                 code => EtcdError::Other(format!("{code:?}: {msg}")),
             }
         }
+        etcd_client::Error::TransportError(t) if connection_fate(&t) == Some(Fate::Refused) => {
+            EtcdError::Refused(t.to_string())
+        }
         etcd_client::Error::TransportError(t) => EtcdError::Unavailable(t.to_string()),
         etcd_client::Error::LeaseKeepAliveError(m) if m.contains("lease not found") => {
             EtcdError::LeaseNotFound
@@ -54,6 +65,47 @@ pub fn classify(e: etcd_client::Error) -> EtcdError {
         etcd_client::Error::IoError(io) => EtcdError::Indeterminate(io.to_string()),
         other => EtcdError::Other(other.to_string()),
     }
+}
+
+/// What became of a request's connection, where its error says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Nothing listens at the address (connection refused).
+    Refused,
+    /// Reset, aborted or closed under the request: by the server, or at
+    /// once by a proxy in front of it that could not reach it.
+    Reset,
+}
+
+/// The connection's fate named by an `io::Error` down `error`'s chain of
+/// sources (refused; reset, aborted or a broken pipe), by hyper (a request
+/// canceled because its connection closed before it was sent), or (where
+/// a layer kept only the text) by "connection refused" in a message.
+fn connection_fate(error: &(dyn std::error::Error + 'static)) -> Option<Fate> {
+    use std::io::ErrorKind;
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return Some(Fate::Reset);
+        }
+        match e.downcast_ref::<std::io::Error>().map(std::io::Error::kind) {
+            Some(ErrorKind::ConnectionRefused) => return Some(Fate::Refused),
+            Some(
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe,
+            ) => return Some(Fate::Reset),
+            _ if e
+                .to_string()
+                .to_ascii_lowercase()
+                .contains("connection refused") =>
+            {
+                return Some(Fate::Refused)
+            }
+            _ => next = e.source(),
+        }
+    }
+    None
 }
 
 /// The keep-alive sender of a real stream.
@@ -392,5 +444,67 @@ impl EtcdApi for Client {
             .map_err(classify)?;
         keeper.keep_alive().await.map_err(classify)?;
         Ok((Keeper(keeper), Replies(replies)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_connection_is_told_apart_from_etcds_own_unavailable() {
+        // What tonic says while nothing listens at the address (measured
+        // against a killed etcd), by text alone and by its io source.
+        let text = tonic::Status::unavailable(
+            "error trying to connect: tcp connect error: Connection refused (os error 111)",
+        );
+        assert!(matches!(
+            classify(etcd_client::Error::GRpcStatus(text)),
+            EtcdError::Refused(_)
+        ));
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let mut sourced = tonic::Status::unavailable("transport error");
+        sourced.set_source(std::sync::Arc::new(io));
+        assert!(matches!(
+            classify(etcd_client::Error::GRpcStatus(sourced)),
+            EtcdError::Refused(_)
+        ));
+        // etcd answering that it cannot serve, or a connection that timed
+        // out, is no refusal: it is paced as before.
+        for msg in [
+            "etcdserver: no leader",
+            "tcp connect error: deadline has elapsed",
+        ] {
+            assert_eq!(
+                classify(etcd_client::Error::GRpcStatus(tonic::Status::unavailable(
+                    msg
+                ))),
+                EtcdError::Unavailable(msg.into())
+            );
+        }
+        // Reset at once by a proxy whose etcd is down (measured: code
+        // Unknown, "transport error", an io reset as its source): the
+        // outcome stays unknown.
+        for kind in [
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::BrokenPipe,
+        ] {
+            let mut reset = tonic::Status::unknown("transport error");
+            reset.set_source(std::sync::Arc::new(std::io::Error::from(kind)));
+            assert!(matches!(
+                classify(etcd_client::Error::GRpcStatus(reset)),
+                EtcdError::Reset(_)
+            ));
+        }
+        assert_eq!(
+            EtcdError::Reset(String::new()).into_outcome::<()>(),
+            coord_core::Outcome::Unknown
+        );
+        // A refusal's text under another code is not taken for one.
+        let other = tonic::Status::internal("Connection refused");
+        assert!(!matches!(
+            classify(etcd_client::Error::GRpcStatus(other)),
+            EtcdError::Refused(_)
+        ));
     }
 }

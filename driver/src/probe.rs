@@ -5,7 +5,9 @@
 //! Each loop holds a [`Member`]: it says whether its machine waits out a
 //! backoff (the demand), and wakes when a probe found etcd silent or back
 //! ([`News`]). The task runs only while some member waits, sends at most
-//! one cheap read per second, and ends when the hub is gone.
+//! one cheap read per second (every 50 ms while the connection is
+//! refused: nothing listens, so no etcd is asked), and ends when the hub
+//! is gone.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +19,7 @@ use coord_core::probe::{ProbeConfig, ProbeEvent, ProbeInput, Prober};
 use coord_core::{Failure, Outcome};
 use tokio::sync::watch;
 
-use crate::api::{outcome, EtcdApi};
+use crate::api::{outcome, EtcdApi, EtcdError};
 use crate::clock::Clock;
 use crate::exec::sleep_until;
 
@@ -47,13 +49,14 @@ impl Default for ProbeHub {
 
 impl ProbeHub {
     /// A hub with no task yet (it starts with the first loop), probing
-    /// at most once a second.
+    /// at most once a second (every 50 ms while refused).
     pub fn new() -> Self {
         Self::with_config(ProbeConfig::default())
     }
 
     /// A hub that probes as `config` says (the default: at most once a
-    /// second, and a probe unanswered for a second counts as silence).
+    /// second, every 50 ms while the connection is refused, and a probe
+    /// unanswered for a second counts as silence).
     pub fn with_config(config: ProbeConfig) -> Self {
         ProbeHub(Arc::new(Hub {
             demand: watch::channel(0).0,
@@ -216,10 +219,14 @@ async fn run<A: EtcdApi>(
                 Output::Command(Command::Range { op, request }) => {
                     let api = api.clone();
                     in_flight = Some(Box::pin(async move {
-                        Completion::Listed {
-                            op,
-                            outcome: outcome(api.range(request).await),
-                        }
+                        let outcome = match api.range(request).await {
+                            // Reset under a read: no etcd answered, and
+                            // the next probe needs a new connection; paced
+                            // as a refusal.
+                            Err(EtcdError::Reset(m)) => Outcome::Err(Failure::Refused(m)),
+                            other => outcome(other),
+                        };
+                        Completion::Listed { op, outcome }
                     }));
                 }
                 Output::Command(Command::Abandon { .. }) => {
@@ -275,7 +282,10 @@ async fn run<A: EtcdApi>(
                 in_flight = None;
                 // Refused (no leader) or broken: this member will not do.
                 if let Completion::Listed {
-                    outcome: Outcome::Err(Failure::Unavailable(_) | Failure::StreamClosed(_)),
+                    outcome:
+                        Outcome::Err(
+                            Failure::Unavailable(_) | Failure::Refused(_) | Failure::StreamClosed(_),
+                        ),
                     ..
                 } = &done
                 {

@@ -584,7 +584,9 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
                     AttemptFailure::Timeout => {
                         Error::Unreachable("no answer before the request deadline".into())
                     }
-                    AttemptFailure::Etcd(Failure::Unavailable(m)) => Error::Unreachable(m),
+                    AttemptFailure::Etcd(Failure::Unavailable(m) | Failure::Refused(m)) => {
+                        Error::Unreachable(m)
+                    }
                     AttemptFailure::Etcd(other) => Error::Watch(other),
                     AttemptFailure::LeaseGone => Error::Watch(Failure::LeaseNotFound),
                 };

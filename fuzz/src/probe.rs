@@ -2,7 +2,8 @@
 //! refused, lost or late, time jumping. Invariants checked after every
 //! step, against a model of what the prober learned:
 //! - a probe is sent only while demanded, never two in flight, and never
-//!   sooner than an interval after the last;
+//!   sooner than an interval after the last (`refused_interval` after a
+//!   probe whose connection was refused);
 //! - only the probe in flight is ever abandoned;
 //! - `Returned` comes exactly when a probe is answered after the last
 //!   verdict was a silence, and names that probe's send time;
@@ -21,12 +22,14 @@ use coord_core::{Failure, Instant, OpId, Outcome};
 struct Plan {
     interval_ms: u16,
     timeout_ms: u16,
+    refused_ms: u16,
 }
 
 #[derive(Debug, Clone, Copy, Arbitrary)]
 enum Answer {
     Ok,
     Refused,
+    Unavailable,
     Broken,
     Lost,
     Denied,
@@ -49,15 +52,20 @@ impl Answer {
     fn outcome(self) -> Outcome<Listing> {
         match self {
             Answer::Ok => Outcome::Ok(Listing::default()),
-            Answer::Refused => Outcome::Err(Failure::Unavailable("fuzz".into())),
+            Answer::Refused => Outcome::Err(Failure::Refused("fuzz".into())),
+            Answer::Unavailable => Outcome::Err(Failure::Unavailable("fuzz".into())),
             Answer::Broken => Outcome::Err(Failure::StreamClosed("fuzz".into())),
             Answer::Lost => Outcome::Unknown,
             Answer::Denied => Outcome::Err(Failure::Other("permission denied".into())),
         }
     }
 
-    fn silent(self) -> bool {
-        matches!(self, Answer::Refused | Answer::Broken | Answer::Lost)
+    fn verdict(self) -> Verdict {
+        match self {
+            Answer::Ok | Answer::Denied => Verdict::Answered,
+            Answer::Refused => Verdict::Refused,
+            Answer::Unavailable | Answer::Broken | Answer::Lost => Verdict::Silent,
+        }
     }
 }
 
@@ -66,6 +74,13 @@ enum Verdict {
     None,
     Answered,
     Silent,
+    Refused,
+}
+
+impl Verdict {
+    fn silent(self) -> bool {
+        matches!(self, Verdict::Silent | Verdict::Refused)
+    }
 }
 
 struct Harness {
@@ -91,6 +106,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
     let config = ProbeConfig {
         interval: Duration::from_millis(u64::from(plan.interval_ms.max(1))),
         request_timeout: Duration::from_millis(u64::from(plan.timeout_ms.max(1))),
+        refused_interval: Duration::from_millis(u64::from(plan.refused_ms)),
     };
     let mut p = Prober::new(config.clone());
     let mut h = Harness {
@@ -130,7 +146,7 @@ impl Harness {
                         let timeout = self.config.request_timeout.as_millis();
                         if u128::from(self.now) >= u128::from(sent) + timeout {
                             // The probe times out: a silence.
-                            self.expect_silent = self.verdict != Verdict::Silent;
+                            self.expect_silent = !self.verdict.silent();
                             self.verdict = Verdict::Silent;
                         }
                     }
@@ -146,16 +162,12 @@ impl Harness {
             }
             Step::Answer(answer) => {
                 if let Some((op, sent)) = self.in_flight.take() {
-                    let silent = answer.silent();
-                    if !silent && self.verdict == Verdict::Silent {
+                    let verdict = answer.verdict();
+                    if !verdict.silent() && self.verdict.silent() {
                         self.expect_return = Some(sent);
                     }
-                    self.expect_silent = silent && self.verdict != Verdict::Silent;
-                    self.verdict = if silent {
-                        Verdict::Silent
-                    } else {
-                        Verdict::Answered
-                    };
+                    self.expect_silent = verdict.silent() && !self.verdict.silent();
+                    self.verdict = verdict;
                     p.handle(
                         now,
                         ProbeInput::Io(Completion::Listed {
@@ -191,9 +203,14 @@ impl Harness {
                     assert!(self.in_flight.is_none(), "two probes in flight");
                     if let Some(last) = self.last_sent {
                         let gap = u128::from(self.now - last);
+                        let least = match self.verdict {
+                            Verdict::Refused => self.config.refused_interval,
+                            _ => self.config.interval,
+                        };
                         assert!(
-                            gap >= self.config.interval.as_millis(),
-                            "probes {gap} ms apart"
+                            gap >= least.as_millis(),
+                            "probes {gap} ms apart after {:?}",
+                            self.verdict
                         );
                     }
                     self.in_flight = Some((op, self.now));
@@ -223,6 +240,22 @@ impl Harness {
                 "a timer with nothing to do"
             );
             let _ = deadline;
+        }
+        // Demanded with nothing in flight: the next probe is due exactly
+        // its interval after the last, at the pace the last verdict set.
+        if let (true, None, Some(last)) = (self.demand, self.in_flight, self.last_sent) {
+            let least = match self.verdict {
+                Verdict::Refused => self.config.refused_interval,
+                _ => self.config.interval,
+            };
+            let due = u128::from(last) + least.as_millis();
+            assert!(due > u128::from(self.now), "a probe overdue, not sent");
+            assert_eq!(
+                p.poll_timeout().map(|d| u128::from(d.as_millis())),
+                Some(due),
+                "the next probe at the pace of {:?}",
+                self.verdict
+            );
         }
     }
 }

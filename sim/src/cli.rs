@@ -41,8 +41,8 @@ pub struct Cli {
     pub jobs: Option<u64>,
     /// Schedule generator version; older ones reproduce seeds pinned with
     /// them.
-    #[arg(long, default_value_t = 7, value_name = "V",
-          value_parser = clap::value_parser!(u8).range(1..=7))]
+    #[arg(long, default_value_t = 8, value_name = "V",
+          value_parser = clap::value_parser!(u8).range(1..=8))]
     pub generator: u8,
     /// Run every seed twice, with coord's policy and with the
     /// go-coord-style one (plain doubling to 30 s, no jitter, no fast

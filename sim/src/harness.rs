@@ -493,7 +493,7 @@ fn watcher_options_for(i: usize, mixed: u64, generator: Generator) -> WatcherOpt
             buffer: 1,
             ..opts
         },
-        Generator::V7 => WatcherOptions {
+        Generator::V7 | Generator::V8 => WatcherOptions {
             serializable: i == 0,
             buffer: 1,
             driving: if i == 1 {
@@ -908,7 +908,10 @@ fn inject(w: &World, case: &Case, fault: &Fault) {
                     w.etcd_ep.clone(),
                     w.start,
                     Duration::from_millis(down_ms),
-                    new_cluster,
+                    server::Wiped {
+                        new_cluster,
+                        refusing: case.generator.wipes_refuse(),
+                    },
                 ));
             }
             true
@@ -1019,6 +1022,7 @@ fn heal_all(w: &World) {
     let now = w.now();
     let mut st = lock(&w.etcd);
     st.unavailable_until = st.unavailable_until.min(now);
+    st.refused_until = st.refused_until.min(now);
     st.drop_replies_until = st.drop_replies_until.min(now);
     st.stale_reads = None;
 }

@@ -347,8 +347,12 @@ pub enum Generator {
     V6,
     /// V6's cases, with watcher 1's loop driven by its consumer's `next()`
     /// (`Driving::InNext`).
-    #[default]
     V7,
+    /// V7's cases, with a wiped etcd refusing connections while it is down
+    /// (`Refused`, as a killed etcd's address does, where V7's answered
+    /// "no leader"): the probers probe it at their refused pace.
+    #[default]
+    V8,
 }
 
 impl Generator {
@@ -362,7 +366,14 @@ impl Generator {
             Generator::V5 => 5,
             Generator::V6 => 6,
             Generator::V7 => 7,
+            Generator::V8 => 8,
         }
+    }
+
+    /// Whether a wiped etcd refuses connections while it is down (from V8
+    /// on); before, it answered "no leader".
+    pub fn wipes_refuse(self) -> bool {
+        self.number() >= 8
     }
 
     /// The generator of a version number; the newest for any other.
@@ -374,7 +385,8 @@ impl Generator {
             4 => Generator::V4,
             5 => Generator::V5,
             6 => Generator::V6,
-            _ => Generator::V7,
+            7 => Generator::V7,
+            _ => Generator::V8,
         }
     }
 }
@@ -386,7 +398,7 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V3 => fault_v3().boxed(),
         Generator::V4 => fault_v4().boxed(),
         Generator::V5 => fault_v5().boxed(),
-        Generator::V6 | Generator::V7 => prop_oneof![
+        Generator::V6 | Generator::V7 | Generator::V8 => prop_oneof![
             12 => fault_v5(),
             1 => (
                 500u64..30_000,
@@ -618,7 +630,7 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                 case
             })
             .boxed(),
-        Generator::V6 | Generator::V7 => (
+        Generator::V6 | Generator::V7 | Generator::V8 => (
             base,
             prop_oneof![contenders(), Just((Vec::new(), 0usize))],
             0u8..4,

@@ -32,6 +32,10 @@ pub struct EtcdState {
     /// Until this virtual ms every request fails with `Unavailable` (no
     /// leader after a leader change).
     pub unavailable_until: u64,
+    /// Until this virtual ms (at most `unavailable_until`) unary requests
+    /// fail with `Refused` instead: etcd's process is down, and nothing
+    /// listens at its address.
+    pub refused_until: u64,
     /// Until this virtual ms requests are applied but not answered.
     pub drop_replies_until: u64,
     /// Bumped by every leader change; streams opened before are dead.
@@ -178,6 +182,7 @@ pub fn new_state() -> SharedEtcd {
     Arc::new(Mutex::new(EtcdState {
         model: EtcdModel::new(),
         unavailable_until: 0,
+        refused_until: 0,
         drop_replies_until: 0,
         epoch: 0,
         streams: BTreeMap::new(),
@@ -571,6 +576,9 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
                     }],
                 )
             }
+            _ if now < st.refused_until => Answer::Unary(Reply::Failed(EtcdError::Refused(
+                "tcp connect error: Connection refused".into(),
+            ))),
             _ => Answer::Unary(Reply::Failed(EtcdError::Unavailable(
                 "etcdserver: no leader".into(),
             ))),
@@ -721,6 +729,16 @@ pub async fn leader_change(
     broken(&ep, streams, "leader changed").await;
 }
 
+/// How a wipe looks from outside.
+#[derive(Debug, Clone, Copy)]
+pub struct Wiped {
+    /// Back under a new cluster id.
+    pub new_cluster: bool,
+    /// While down, unary requests are refused (`Refused`, nothing listens)
+    /// rather than answered "no leader".
+    pub refusing: bool,
+}
+
 /// etcd wiped (or restored from a snapshot older than anything written):
 /// down for `window`, then back empty at revision 1 with no lease, under a
 /// new cluster id if `new_cluster`. Every key's disappearance is logged at
@@ -730,12 +748,18 @@ pub async fn wipe(
     ep: Endpoint,
     start: madsim::time::Instant,
     window: Duration,
-    new_cluster: bool,
+    Wiped {
+        new_cluster,
+        refusing,
+    }: Wiped,
 ) {
     let now = now_ms(start);
     let streams = {
         let mut st = lock(&state);
-        st.outage(now, window);
+        let until = st.outage(now, window);
+        if refusing {
+            st.refused_until = st.refused_until.max(until);
+        }
         let prefix = coord::DEFAULT_PREFIX.as_bytes();
         for lease in st.model.leases() {
             st.lease_ended(now, lease);

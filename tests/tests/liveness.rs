@@ -580,3 +580,62 @@ async fn a_census_read_counts_the_fleet_and_the_hosts_after_a_key() {
     assert_eq!(after_d.count, 0);
     assert!(after_d.kvs.is_empty());
 }
+
+/// A probe is paced by how it failed: a refused connection (nothing
+/// listens at etcd's address) or one reset by a proxy whose etcd is down
+/// is told apart from an etcd that takes the connection and does not
+/// answer, and from one that answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_etcd_refuses_and_a_stopped_one_does_not() {
+    use coord::{EtcdApi, EtcdError};
+    use coord_core::io::{Consistency, Get, RangeRequest};
+    init_tracing();
+    let mut etcd = EtcdCluster::single().await;
+    let client = etcd.coord_client().await;
+    let probe = || RangeRequest {
+        get: Get {
+            limit: 1,
+            ..Get::key(coord::Key(coord_core::probe::PROBE_KEY.to_vec()))
+        },
+        consistency: Consistency::Serializable,
+        after: None,
+        revision: coord::Revision(0),
+    };
+    let bounded = |client: coord::Client| async move {
+        tokio::time::timeout(Duration::from_secs(3), client.range(probe())).await
+    };
+    // Through a TCP proxy, which takes the connection and resets it when
+    // etcd is down.
+    let proxy = Proxy::start(&etcd.endpoints()[0]).await;
+    let proxied = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    assert!(matches!(bounded(client.clone()).await, Ok(Ok(_))));
+    assert!(matches!(bounded(proxied.clone()).await, Ok(Ok(_))));
+    etcd.kill(0);
+    match bounded(client.clone()).await {
+        Ok(Err(EtcdError::Refused(_))) => {}
+        other => panic!("a killed etcd's address refuses: {other:?}"),
+    }
+    // The proxy's close reaches the client as a reset, a broken pipe or a
+    // request canceled unsent, by the race of each attempt: all are resets.
+    for _ in 0..10 {
+        match bounded(proxied.clone()).await {
+            Ok(Err(EtcdError::Reset(_))) => {}
+            other => panic!("a proxy whose etcd is down resets: {other:?}"),
+        }
+    }
+    etcd.restart(0).await;
+    eventually(Duration::from_secs(10), "etcd answers again", || async {
+        bounded(client.clone()).await.ok()?.ok()
+    })
+    .await;
+    // SIGSTOPped: the port still takes connections, so nothing is refused.
+    etcd.pause(0);
+    let stopped = bounded(client.clone()).await;
+    etcd.resume(0);
+    assert!(
+        !matches!(stopped, Ok(Err(EtcdError::Refused(_)))),
+        "a stopped etcd refuses nothing: {stopped:?}"
+    );
+}
