@@ -5,10 +5,16 @@
 //! host needs the fleet's size and a rank of its own (see
 //! [`Slot`](crate::Slot)). A registered host counts the keys under the
 //! fleet's prefix, and those after its own key, with two cheap count
-//! reads (serializable, one key returned each), a while after it
-//! registers and then every `every`: its rank is the number of keys
-//! before its own, distinct for every live host. A census that fails or
-//! goes unanswered changes nothing; the next one is due `every` later.
+//! reads (serializable, one key returned each): its rank is the number of
+//! keys before its own, distinct for every live host. The first census is
+//! taken within a second of the host's first registration, so that a
+//! young host is counted too (a fleet that starts together is counted as
+//! far as it has registered: two hosts may share a slot, never worse than
+//! no census); the second a fifth of `every` later (jittered), once such
+//! a fleet has registered; then every `every`. A host registered again
+//! (its lease lost and healed) counts again a fifth of `every` later. A
+//! census that fails or goes unanswered changes nothing; the next one is
+//! due as if it had been answered.
 //!
 //! One state enum, the time passed in; the reads come out of
 //! [`Census::poll`], under op ids of the census's own slot.
@@ -32,9 +38,10 @@ pub struct FleetConfig {
     /// Time between two hosts' return slots. Default 5 ms: a fleet
     /// returns at most 200 hosts a second, and 1,000 hosts over 5 s.
     pub spacing: Duration,
-    /// Time between two censuses. Default 60 s. The first is due a
-    /// fifth of it after registering (jittered), once a fleet that
-    /// starts together has registered.
+    /// Time between two censuses. Default 60 s. The first is due within
+    /// a second of registering (at most a fifth of it), the second a fifth
+    /// of it later (jittered), once a fleet that starts together has
+    /// registered.
     pub every: Duration,
     /// Wall-clock milliseconds (since the Unix epoch) at the epoch of the
     /// caller's clock: slots are placed on the wall clock, which the
@@ -64,6 +71,22 @@ struct Counts {
     later: Option<u64>,
 }
 
+/// Which census comes next, by those before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// The host never registered: its first census comes at once.
+    First,
+    /// The early census is due or asked: the one after it comes a fifth
+    /// of `every` later, to count a fleet that started together.
+    Second,
+    /// Every census after those: `every` apart.
+    Steady,
+}
+
+/// The longest the first census waits after the first registration
+/// (jittered up to it, and at most a fifth of `every`).
+const EARLY: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Not registered (or closed): no census.
@@ -87,6 +110,7 @@ pub(crate) struct Census {
     window: Duration,
     request_timeout: Duration,
     state: State,
+    round: Round,
     rng: Rng,
     out: Outbox<Command, ()>,
 }
@@ -108,6 +132,7 @@ impl Census {
             window,
             request_timeout,
             state: State::Off,
+            round: Round::First,
             rng: Rng::new(seed ^ 0x6365_6e73_7573),
             out: Outbox::with_slot(slot),
         }
@@ -130,15 +155,23 @@ impl Census {
         }
     }
 
-    /// Whether the host is registered: a census is due a while after it
-    /// registers; none while it is not.
+    /// Whether the host is registered: a census is due within a second
+    /// of its first registration, and a fifth of `every` after each later
+    /// one; none while it is not.
     pub(crate) fn registered(&mut self, now: Instant, registered: bool) {
         match (self.state, registered) {
             (State::Off, true) => {
-                let first = self.config.every / 5;
-                self.state = State::Due {
-                    at: now + first + self.jitter(first),
+                let at = match self.round {
+                    Round::First => {
+                        self.round = Round::Second;
+                        now + self.jitter(EARLY.min(self.config.every / 5))
+                    }
+                    Round::Second | Round::Steady => {
+                        let settle = self.config.every / 5;
+                        now + settle + self.jitter(settle)
+                    }
                 };
+                self.state = State::Due { at };
             }
             (State::Asking { fleet, later, .. }, false) => {
                 self.abandon(&[fleet, later]);
@@ -271,13 +304,19 @@ impl Census {
         }
     }
 
-    /// The next census is due `every` (jittered by up to a quarter) from
-    /// now.
+    /// The next census is due a fifth of `every` (jittered by up to as
+    /// much again) after the early one, else `every` (jittered by up to a
+    /// quarter) from now.
     fn rest(&mut self, now: Instant) {
         let every = self.config.every;
-        self.state = State::Due {
-            at: now + every + self.jitter(every / 4),
+        let at = match self.round {
+            Round::Second => {
+                self.round = Round::Steady;
+                now + every / 5 + self.jitter(every / 5)
+            }
+            Round::First | Round::Steady => now + every + self.jitter(every / 4),
         };
+        self.state = State::Due { at };
     }
 
     fn jitter(&mut self, up_to: Duration) -> Duration {

@@ -70,9 +70,17 @@ fn asked(c: &mut Census) -> (OpId, OpId) {
 }
 
 /// A census registered at 0 and asked when due: the instant, and its two
-/// reads.
+/// reads. The early and the second census are answered first, so this one
+/// is a steady one (the next due `every` after it).
 fn asking(c: &mut Census) -> (u64, OpId, OpId) {
     c.registered(t(0), true);
+    for _ in 0..2 {
+        let due = c.poll_timeout().expect("a census due").as_millis();
+        c.timeout(t(due));
+        let (all, after) = asked(c);
+        let _ = c.io(t(due), &counted(all, 1));
+        assert!(c.io(t(due), &counted(after, 0)).is_some());
+    }
     let due = c.poll_timeout().expect("a census due").as_millis();
     c.timeout(t(due));
     let (all, after) = asked(c);
@@ -84,9 +92,19 @@ fn a_census_is_due_a_while_after_registering_and_gives_the_rank() {
     let mut c = census();
     assert_eq!(c.poll_timeout(), None, "no census before registering");
     c.registered(t(0), true);
+    // The early census: within a second of registering.
+    let early = c.poll_timeout().expect("a census due").as_millis();
+    assert!(early <= 1_000, "early census at {early}");
+    c.timeout(t(early));
+    let (all, after) = asked(&mut c);
+    let _ = c.io(t(early + 1), &counted(all, 4));
+    assert!(c.io(t(early + 2), &counted(after, 0)).is_some());
+    // The next a fifth of the interval on, plus up to as much again.
     let due = c.poll_timeout().expect("a census due").as_millis();
-    // A fifth of the interval, plus up to as much again.
-    assert!((12_000..=24_000).contains(&due), "due at {due}");
+    assert!(
+        (12_000..=24_000).contains(&(due - (early + 2))),
+        "second census at {due}"
+    );
     c.timeout(t(due - 1));
     assert_eq!(c.poll(), None, "not before it is due");
     c.timeout(t(due));
@@ -501,4 +519,37 @@ fn a_silence_holds_a_slotted_reopen_of_a_live_lease() {
         on_slot(next) && next < back + Duration::from_secs(5),
         "{next}"
     );
+}
+
+/// Only a host's first registration is counted at once: a host registered
+/// again (its lease lost and healed, as a whole fleet's may be after etcd
+/// was wiped) counts a fifth of the interval later, as before. An early
+/// census that fails leaves the second one due as if it had been answered.
+#[test]
+fn only_the_first_registration_is_counted_at_once() {
+    let mut firsts = std::collections::BTreeSet::new();
+    for seed in 0..8 {
+        let mut c = seeded(seed);
+        c.registered(t(0), true);
+        let early = c.poll_timeout().expect("early census").as_millis();
+        assert!(early <= 1_000, "early census at {early}");
+        firsts.insert(early);
+        c.timeout(t(early));
+        let (all, after) = asked(&mut c);
+        let failed = Completion::Listed {
+            op: all,
+            outcome: Outcome::Err(Failure::Unavailable("no leader".into())),
+        };
+        assert_eq!(c.io(t(early + 1), &failed), None);
+        assert_eq!(c.poll(), Some(Command::Abandon { op: after }));
+        let second = c.poll_timeout().expect("second census").as_millis() - (early + 1);
+        assert!((12_000..=24_000).contains(&second), "second after {second}");
+        // Lost and registered again: a fifth of the interval on.
+        c.registered(t(early + 2), false);
+        assert_eq!(c.poll_timeout(), None);
+        c.registered(t(5_000), true);
+        let again = c.poll_timeout().expect("census again").as_millis() - 5_000;
+        assert!((12_000..=24_000).contains(&again), "again after {again}");
+    }
+    assert!(firsts.len() >= 6, "early censuses at {firsts:?}");
 }

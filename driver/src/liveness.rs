@@ -57,7 +57,8 @@ pub struct LivenessOptions {
     pub on_loss: OnLoss,
     /// Time between two hosts' return slots once etcd answers again after
     /// an outage. Default 5 ms: every host under the prefix counts the
-    /// fleet and its own rank in it (two count reads a minute), and a
+    /// fleet and its own rank in it (two count reads within a second of
+    /// registering, again 12-24 s later, then a minute apart), and a
     /// lasting failure's retries land on its slot on the wall clock, so a
     /// fleet of N returns one host per 5 ms, over N × 5 ms (at most half
     /// the TTL): 1,000 hosts over 5 s, 10 within 50 ms. `None`: no count;

@@ -679,9 +679,11 @@ fn assert_passes_timing_with<W: coord_sim::harness::Wrap>(
 /// etcd back. The heal then waited a fast cap (attempt 9) and took 1,530
 /// ms after the leader change, over its 1,500 ms bound. etcd found back now
 /// restarts the backoff, so that loss heals at a first attempt's pace.
+/// Replayed uncounted, as found: a census taken within a second of
+/// registering shifts the run off that path.
 #[test]
 fn a_deadline_loss_just_after_etcd_returned_heals_at_the_first_attempts_pace() {
-    assert_passes_timing(7264317, Healed::Host, "leader change");
+    assert_passes_timing_with(7264317, Healed::Host, "leader change", Uncounted);
 }
 
 /// Seed 7276046 (the same campaign): an election process restarted after

@@ -640,8 +640,20 @@ impl Wrap for Slowed {
     }
     fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
         match self {
+            // The hosts count no fleet: a counted host retries a lasting
+            // failure on its slot and is cut to it when etcd is found
+            // back, so its own backoff shows in few runs, and hosts are
+            // counted within a second of registering. Uncounted, every
+            // retry is paced by the backoff, as before the census.
             Slowed::Backoff => coord::LivenessOptions {
                 backoff: twice_as_slow(&nominal.backoff),
+                fleet_spacing: None,
+                ..nominal
+            },
+            // The watchers' backoff sought as found (generator 7, hosts
+            // uncounted): the hosts' census reads shift every later event.
+            Slowed::WatcherBackoff => coord::LivenessOptions {
+                fleet_spacing: None,
                 ..nominal
             },
             Slowed::Refresh => coord::LivenessOptions {
