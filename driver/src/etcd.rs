@@ -17,7 +17,9 @@ use crate::api::{
 /// Classifies an `etcd-client` error. Connection failures and
 /// `Unavailable` (including "no leader") are fast, definite failures, and a
 /// refused connection (nothing listens) is told apart as `Refused`;
-/// transport breaks mid-request and deadlines leave the outcome unknown.
+/// transport breaks mid-request and deadlines leave the outcome unknown,
+/// and a connection reset, broken or canceled unsent is told apart among
+/// them as `Reset` (which the prober paces as a refusal).
 pub fn classify(e: etcd_client::Error) -> EtcdError {
     match e {
         etcd_client::Error::GRpcStatus(status) => {
