@@ -553,3 +553,25 @@ fn only_the_first_registration_is_counted_at_once() {
     }
     assert!(firsts.len() >= 6, "early censuses at {firsts:?}");
 }
+
+/// A census interval shorter than 5 s keeps the early census within a
+/// fifth of it, not a second.
+#[test]
+fn a_short_census_interval_bounds_the_early_census() {
+    for seed in 0..16 {
+        let mut c = Census::new(
+            FleetConfig {
+                every: Duration::from_secs(2),
+                ..fleet()
+            },
+            Key(OWN.to_vec()),
+            Duration::from_secs(5),
+            Duration::from_secs(2),
+            seed,
+            1,
+        );
+        c.registered(t(0), true);
+        let early = c.poll_timeout().expect("early census").as_millis();
+        assert!(early <= 400, "early census at {early} (seed {seed})");
+    }
+}
