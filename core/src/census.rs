@@ -166,10 +166,7 @@ impl Census {
                         self.round = Round::Second;
                         now + self.jitter(EARLY.min(self.config.every / 5))
                     }
-                    Round::Second | Round::Steady => {
-                        let settle = self.config.every / 5;
-                        now + settle + self.jitter(settle)
-                    }
+                    Round::Second | Round::Steady => self.settled(now),
                 };
                 self.state = State::Due { at };
             }
@@ -312,11 +309,18 @@ impl Census {
         let at = match self.round {
             Round::Second => {
                 self.round = Round::Steady;
-                now + every / 5 + self.jitter(every / 5)
+                self.settled(now)
             }
             Round::First | Round::Steady => now + every + self.jitter(every / 4),
         };
         self.state = State::Due { at };
+    }
+
+    /// A fifth of `every` from now, jittered by up to as much again: once
+    /// a fleet that registered together has registered.
+    fn settled(&mut self, now: Instant) -> Instant {
+        let settle = self.config.every / 5;
+        now + settle + self.jitter(settle)
     }
 
     fn jitter(&mut self, up_to: Duration) -> Duration {

@@ -280,7 +280,8 @@ async fn run<A: EtcdApi>(
                 }
             }, if in_flight.is_some() => {
                 in_flight = None;
-                // Refused (no leader) or broken: this member will not do.
+                // Unavailable (no leader), refused or broken: this member
+                // will not do.
                 if let Completion::Listed {
                     outcome:
                         Outcome::Err(

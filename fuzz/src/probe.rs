@@ -191,6 +191,15 @@ impl Harness {
         self.drain(p);
     }
 
+    /// The least time from the last probe to the next, by the last
+    /// verdict: `refused_interval` after a refusal, else `interval`.
+    fn pace(&self) -> Duration {
+        match self.verdict {
+            Verdict::Refused => self.config.refused_interval,
+            Verdict::None | Verdict::Answered | Verdict::Silent => self.config.interval,
+        }
+    }
+
     fn drain(&mut self, p: &mut Prober) {
         let expected = self.expect_return.take();
         let expect_silent = std::mem::take(&mut self.expect_silent);
@@ -203,10 +212,7 @@ impl Harness {
                     assert!(self.in_flight.is_none(), "two probes in flight");
                     if let Some(last) = self.last_sent {
                         let gap = u128::from(self.now - last);
-                        let least = match self.verdict {
-                            Verdict::Refused => self.config.refused_interval,
-                            _ => self.config.interval,
-                        };
+                        let least = self.pace();
                         assert!(
                             gap >= least.as_millis(),
                             "probes {gap} ms apart after {:?}",
@@ -244,10 +250,7 @@ impl Harness {
         // Demanded with nothing in flight: the next probe is due exactly
         // its interval after the last, at the pace the last verdict set.
         if let (true, None, Some(last)) = (self.demand, self.in_flight, self.last_sent) {
-            let least = match self.verdict {
-                Verdict::Refused => self.config.refused_interval,
-                _ => self.config.interval,
-            };
+            let least = self.pace();
             let due = u128::from(last) + least.as_millis();
             assert!(due > u128::from(self.now), "a probe overdue, not sent");
             assert_eq!(
