@@ -291,6 +291,14 @@ fn report(c: &Comparison, out: &Path) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Logs only when asked (`RUST_LOG=coord=debug`, say), to stderr: the
+    // tables go to stdout.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     // The child processes the benchmarks spawn of this binary.
     let child = match argv.first().map(String::as_str) {

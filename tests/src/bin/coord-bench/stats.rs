@@ -158,16 +158,33 @@ impl Comparison {
 
     /// Writes `<id>.csv` (subject, trial, value) into `dir`.
     pub fn write_csv(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::write(dir.join(format!("{}.csv", self.id)), self.csv())
+    }
+
+    /// The CSV text (RFC 4180: a subject such as "coord (adaptive,
+    /// resume)" is quoted).
+    fn csv(&self) -> String {
         let mut csv = format!(
             "subject,trial,value_{}\n",
             self.unit.replace(['/', ' '], "_")
         );
         for s in [&self.coord, &self.baseline] {
+            let subject = csv_field(&s.subject);
             for (i, v) in s.values.iter().enumerate() {
-                let _ = writeln!(csv, "{},{i},{v}", s.subject);
+                let _ = writeln!(csv, "{subject},{i},{v}");
             }
         }
-        std::fs::write(dir.join(format!("{}.csv", self.id)), csv)
+        csv
+    }
+}
+
+/// `field` as one CSV field: quoted, with its quotes doubled, if it holds
+/// a comma, a quote or a line break.
+fn csv_field(field: &str) -> String {
+    if field.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", field.replace('"', "\"\""))
+    } else {
+        field.to_string()
     }
 }
 
@@ -212,5 +229,31 @@ mod tests {
         assert!(peaks
             .table()
             .contains("ratio of maxima (coord / base): 7.500"));
+    }
+
+    #[test]
+    fn csv_quotes_a_subject_with_a_comma_or_a_quote() {
+        let c = Comparison {
+            id: "x".into(),
+            title: "x".into(),
+            unit: "µs/event",
+            lower_is_better: true,
+            coord: Series {
+                subject: "coord (adaptive, resume)".into(),
+                values: vec![1.5],
+            },
+            baseline: Series {
+                subject: "a \"raw\" loop".into(),
+                values: vec![2.0],
+            },
+            note: None,
+            ratio_of: Statistic::Median,
+        };
+        assert_eq!(
+            c.csv(),
+            "subject,trial,value_µs_event\n\
+             \"coord (adaptive, resume)\",0,1.5\n\
+             \"a \"\"raw\"\" loop\",0,2\n"
+        );
     }
 }
