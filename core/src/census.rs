@@ -7,11 +7,12 @@
 //! fleet's prefix, and those after its own key, with two cheap count
 //! reads (serializable, one key returned each): its rank is the number of
 //! keys before its own, distinct for every live host. The first census is
-//! taken within a second of the host's first registration, so that a
-//! young host is counted too (a fleet that starts together is counted as
-//! far as it has registered: two hosts may share a slot, never worse than
-//! no census); the second a fifth of `every` later (jittered), once such
-//! a fleet has registered; then every `every`. A host registered again
+//! taken within 50 ms of the host's first registration, so that a host
+//! is counted from its first moments: one that etcd fails a second after
+//! it registered returns on its slot too (a fleet that starts together is
+//! counted as far as it has registered: two hosts may share a slot, never
+//! worse than no census); the second a fifth of `every` later (jittered),
+//! once such a fleet has registered; then every `every`. A host registered again
 //! (its lease lost and healed) counts again a fifth of `every` later. A
 //! census that fails or goes unanswered changes nothing; the next one is
 //! due as if it had been answered.
@@ -38,10 +39,9 @@ pub struct FleetConfig {
     /// Time between two hosts' return slots. Default 5 ms: a fleet
     /// returns at most 200 hosts a second, and 1,000 hosts over 5 s.
     pub spacing: Duration,
-    /// Time between two censuses. Default 60 s. The first is due within
-    /// a second of registering (at most a fifth of it), the second a fifth
-    /// of it later (jittered), once a fleet that starts together has
-    /// registered.
+    /// Time between two censuses. Default 60 s (at least 1 s). The first
+    /// is due within 50 ms of registering, the second a fifth of it later
+    /// (jittered), once a fleet that starts together has registered.
     pub every: Duration,
     /// Wall-clock milliseconds (since the Unix epoch) at the epoch of the
     /// caller's clock: slots are placed on the wall clock, which the
@@ -84,8 +84,10 @@ enum Round {
 }
 
 /// The longest the first census waits after the first registration
-/// (jittered up to it, and at most a fifth of `every`).
-const EARLY: Duration = Duration::from_secs(1);
+/// (jittered up to it): enough to spread the reads of a fleet registered
+/// in one instant over 10 slots of 5 ms, short enough that a host is
+/// almost never taken out before it is counted.
+const EARLY: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -155,8 +157,8 @@ impl Census {
         }
     }
 
-    /// Whether the host is registered: a census is due within a second
-    /// of its first registration, and a fifth of `every` after each later
+    /// Whether the host is registered: a census is due within 50 ms of
+    /// its first registration, and a fifth of `every` after each later
     /// one; none while it is not.
     pub(crate) fn registered(&mut self, now: Instant, registered: bool) {
         match (self.state, registered) {
@@ -164,7 +166,7 @@ impl Census {
                 let at = match self.round {
                     Round::First => {
                         self.round = Round::Second;
-                        now + self.jitter(EARLY.min(self.config.every / 5))
+                        now + self.jitter(EARLY)
                     }
                     Round::Second | Round::Steady => self.settled(now),
                 };

@@ -15,7 +15,7 @@ use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::Instrument;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::EtcdApi;
 use crate::clock::Clock;
@@ -57,7 +57,7 @@ pub struct LivenessOptions {
     pub on_loss: OnLoss,
     /// Time between two hosts' return slots once etcd answers again after
     /// an outage. Default 5 ms: every host under the prefix counts the
-    /// fleet and its own rank in it (two count reads within a second of
+    /// fleet and its own rank in it (two count reads within 50 ms of
     /// registering, again 12-24 s later, then a minute apart), and a
     /// lasting failure's retries land on its slot on the wall clock, so a
     /// fleet of N returns one host per 5 ms, over N × 5 ms (at most half
@@ -154,6 +154,7 @@ impl HostLiveness {
         let (ready_tx, ready_rx) = oneshot::channel();
         let host = LivenessHost {
             reporter: LeaseReporter::new("liveness", clock, status_tx, ready_tx),
+            slot: None,
             events: events.clone(),
         };
         let span = tracing::info_span!("liveness", key = %key, lease = tracing::field::Empty);
@@ -249,6 +250,8 @@ fn seed_of(host_id: &str, started_ns: i64) -> u64 {
 struct LivenessHost {
     reporter: LeaseReporter,
     events: broadcast::Sender<Event>,
+    /// The fleet slot last logged: a census that changes it is logged.
+    slot: Option<coord_core::Slot>,
 }
 
 impl Host<Liveness> for LivenessHost {
@@ -274,6 +277,11 @@ impl Host<Liveness> for LivenessHost {
     fn drained(&mut self, machine: &Liveness) {
         self.reporter.state(machine.state());
         self.reporter.expiry(machine.expires_at());
+        let slot = machine.slot();
+        if slot != self.slot {
+            self.slot = slot;
+            debug!(?slot, "fleet census: the return slot changed");
+        }
     }
 
     fn orphaned(&mut self, _machine: &Liveness) {

@@ -343,8 +343,10 @@ fn smoke_campaign_of_fixed_seeds_passes() {
     assert!(elected > 10_000, "only {elected} elections");
     assert!(fenced_writes > 50_000, "only {fenced_writes} fenced writes");
     assert!(handovers > 5_000, "only {handovers} handovers");
-    // Failovers with every queued successor undisturbed: 7 in these seeds.
-    assert!(failovers >= 5, "only {failovers} failovers");
+    // Failovers with every queued successor undisturbed: 4 in these seeds
+    // (7 while the early census came within a second, not 50 ms: a
+    // census's reads move the other requests' timing).
+    assert!(failovers >= 3, "only {failovers} failovers");
 }
 
 proptest! {
