@@ -12,6 +12,8 @@
 //! `<id>.svg` (a CDF of both) into `--out` (default `target/coord-bench`).
 //! It starts its own single-node etcd (Debian's `etcd-server`) on free
 //! loopback ports. `--quick` runs each in seconds, as the suite's smoke.
+//! With `RUST_LOG` set (`RUST_LOG=coord=debug`, say), the library's logs
+//! go to stderr: a heal's retries, the prober's verdicts.
 //!
 //! - `detection`: kill -9 of a registered host to `Down` at a watcher,
 //!   minus the TTL (TTL 3 and 10 s), against `etcdctl lease keep-alive`
