@@ -16,7 +16,9 @@
 //! 100 ms doubling to 30 s, no jitter, no fast class, blind to etcd's
 //! return; a lost lease replaced, not resumed). Each host has its own
 //! client (its own connection), and the outage begins at a random phase
-//! of their keep-alive cycle.
+//! of their keep-alive cycle. After a SIGSTOP, the table's note gives
+//! etcd's own answer after SIGCONT to a read queued while it was stopped:
+//! about the least time in which any policy can heal.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -195,9 +197,10 @@ async fn trial(
 }
 
 /// Takes etcd out for `length`; returns when it answered again, and after
-/// a SIGSTOP how long after SIGCONT etcd answered a read sent to it while
-/// it was stopped (over a connection of its own, opened before): the
-/// least time in which any policy can heal, whatever it had queued.
+/// a SIGSTOP how long after SIGCONT etcd answered a read sent to it a
+/// second before (over a connection of its own, opened before the stop):
+/// about the least time in which a client hears from it, whatever it had
+/// queued (a request queued earlier may be answered a little sooner).
 async fn take_out(
     etcd: &mut EtcdCluster,
     proxy: &Proxy,
