@@ -177,7 +177,7 @@ pub(crate) async fn run<A, M, H>(
     let mut held = false;
     loop {
         turns = turns.wrapping_add(1);
-        if turns % YIELD_EVERY == 0 {
+        if turns.is_multiple_of(YIELD_EVERY) {
             // Input that never runs dry must not keep the tasks this loop
             // relies on (a keep-alive stream's) from running. tokio's own
             // budget does this too, but not every runtime has one.

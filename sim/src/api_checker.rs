@@ -136,7 +136,7 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
             continue;
         };
         let (c, at) = (*c, r.at_ms);
-        let calm = |from: u64, to: u64| disturbed.get(c).map_or(true, |d| undisturbed(d, from, to));
+        let calm = |from: u64, to: u64| disturbed.get(c).is_none_or(|d| undisturbed(d, from, to));
         match event {
             ContenderEvent::Elected {
                 key, leads, ended, ..
@@ -194,7 +194,7 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
                     continue;
                 }
                 v.checks += 1;
-                if deleted_at(log, key, *token).map_or(true, |t| t > due) {
+                if deleted_at(log, key, *token).is_none_or(|t| t > due) {
                     v.violate(
                         Invariant::ResignReleases,
                         due,
@@ -338,12 +338,12 @@ fn lost_truth(
             after.loss.as_deref()
         ));
     }
-    if reason == SESSION_CLOSED && stop_at.map_or(true, |t| at < t) {
+    if reason == SESSION_CLOSED && stop_at.is_none_or(|t| at < t) {
         wrong.push("lost() said the session was closed, before anything closed it".into());
     }
     if reason == KEY_DELETED {
         if let Some((key, token)) = held_before(history, c, name, at) {
-            if deleted_at(log, &key, token).map_or(true, |t| t > at) {
+            if deleted_at(log, &key, token).is_none_or(|t| t > at) {
                 wrong.push(format!(
                     "lost() said its key was deleted, while {key} (token {token}) was in etcd"
                 ));
@@ -386,7 +386,7 @@ fn resign_truth(
         });
     if clean {
         if let Some((key, token)) = &held {
-            if deleted_at(log, key, *token).map_or(true, |t| t > at) {
+            if deleted_at(log, key, *token).is_none_or(|t| t > at) {
                 wrong.push(format!(
                     "resign() returned Ok at {at} ms while {key} (token {token}) was still in etcd"
                 ));

@@ -481,7 +481,7 @@ impl Loop {
                     after,
                 });
             }
-            End::Resign if madsim::rand::random::<u32>() % 4 == 0 => {
+            End::Resign if madsim::rand::random::<u32>().is_multiple_of(4) => {
                 self.record(ContenderEvent::Dropped {
                     token: token.0,
                     key,

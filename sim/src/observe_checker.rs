@@ -38,9 +38,7 @@ fn truth(log: &[LogEntry], name: &str) -> Vec<(i64, u64, Leader)> {
         } else {
             queue.remove(&e.key);
         }
-        let last_of_revision = entries
-            .get(i + 1)
-            .map_or(true, |n| n.revision != e.revision);
+        let last_of_revision = entries.get(i + 1).is_none_or(|n| n.revision != e.revision);
         if last_of_revision {
             let leader = queue
                 .iter()
@@ -147,7 +145,7 @@ fn prompt(
     let changes = truth
         .iter()
         .enumerate()
-        .filter(|(i, (_, _, l))| i.checked_sub(1).map_or(true, |p| truth[p].2 != *l))
+        .filter(|(i, (_, _, l))| i.checked_sub(1).is_none_or(|p| truth[p].2 != *l))
         .map(|(_, c)| c);
     for (rev, t, leader) in changes {
         let due = t + SUCCESSION_MS;

@@ -351,7 +351,7 @@ fn add_by_kind(
     for (kind, ms) in from {
         into.entry(kind).or_default().push(*ms);
         if let Some(slowest) = slowest.as_deref_mut() {
-            if slowest.map_or(true, |(s, _, _)| *ms > s) {
+            if slowest.is_none_or(|(s, _, _)| *ms > s) {
                 *slowest = Some((*ms, seed, kind));
             }
         }

@@ -516,7 +516,7 @@ pub(crate) fn watchers(
                 };
                 if !convergence_checked
                     && convergence_at.is_some_and(|c| at >= c)
-                    && stop_all_at.map_or(true, |s| at < s)
+                    && stop_all_at.is_none_or(|s| at < s)
                 {
                     convergence_checked = true;
                     check_converged(at, truth, &views, samples, v);

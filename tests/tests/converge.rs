@@ -299,7 +299,7 @@ async fn a_prefix_larger_than_one_grpc_message_is_listed_and_relisted() {
         let mut m = meta(id);
         m.extra.insert(
             "padding".into(),
-            serde_json::Value::String(std::iter::repeat(fill).take(900 * 1024).collect()),
+            serde_json::Value::String(std::iter::repeat_n(fill, 900 * 1024).collect()),
         );
         serde_json::to_vec(&m).unwrap()
     };

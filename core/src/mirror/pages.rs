@@ -125,7 +125,7 @@ impl Pages {
         let mut fresh = page
             .kvs
             .into_iter()
-            .filter(|kv| after.as_ref().map_or(true, |a| kv.key > *a))
+            .filter(|kv| after.as_ref().is_none_or(|a| kv.key > *a))
             .peekable();
         let had_any = fresh.peek().is_some();
         self.kvs.extend(fresh);
