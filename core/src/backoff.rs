@@ -32,6 +32,7 @@ pub enum FailureClass {
 /// How delays are drawn from the ceiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum Pacing {
     /// coord's pacing: a fast failure's ceiling stops at `fast_cap`, each
     /// delay is drawn with equal jitter, and etcd found back (a probe
@@ -76,6 +77,7 @@ impl Default for BackoffConfig {
 
 /// Why a [`BackoffConfig`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BackoffConfigError {
     /// `initial` must be at least 1 ms.
     #[error("backoff initial delay must be at least 1 ms, got {0:?}")]

@@ -65,6 +65,7 @@ pub enum Mode {
 
 /// Why a candidate or leader lost its place.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Loss {
     /// Its key was deleted (by anyone: an operator, a guarded transaction
     /// that found it gone, a compaction re-list that no longer shows it).

@@ -5,6 +5,7 @@ pub const MAX_HOST_ID_LEN: usize = 253;
 
 /// Why a host id was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HostIdError {
     /// The id is empty.
     #[error("host id is empty")]

@@ -68,6 +68,48 @@ impl Key {
     }
 }
 
+impl From<&str> for Key {
+    fn from(key: &str) -> Key {
+        Key(key.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for Key {
+    fn from(key: String) -> Key {
+        Key(key.into_bytes())
+    }
+}
+
+impl From<&String> for Key {
+    fn from(key: &String) -> Key {
+        Key(key.as_bytes().to_vec())
+    }
+}
+
+impl From<&[u8]> for Key {
+    fn from(key: &[u8]) -> Key {
+        Key(key.to_vec())
+    }
+}
+
+impl From<Vec<u8>> for Key {
+    fn from(key: Vec<u8>) -> Key {
+        Key(key)
+    }
+}
+
+impl From<&Key> for Key {
+    fn from(key: &Key) -> Key {
+        key.clone()
+    }
+}
+
+impl AsRef<[u8]> for Key {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", String::from_utf8_lossy(&self.0))
@@ -88,5 +130,19 @@ mod tests {
             "/coord/hosts/h1"
         );
         assert_eq!(Key(vec![b'a', 0xff]).to_string(), "a\u{fffd}");
+    }
+
+    #[test]
+    fn keys_convert_from_strings_and_bytes_unchanged() {
+        let want = Key(b"/jobs/owner".to_vec());
+        assert_eq!(Key::from("/jobs/owner"), want);
+        assert_eq!(Key::from(String::from("/jobs/owner")), want);
+        assert_eq!(Key::from(&String::from("/jobs/owner")), want);
+        assert_eq!(Key::from(&b"/jobs/owner"[..]), want);
+        assert_eq!(Key::from(b"/jobs/owner".to_vec()), want);
+        assert_eq!(Key::from(&want), want);
+        assert_eq!(want.as_ref(), b"/jobs/owner");
+        // Bytes that are not UTF-8 stay as they are.
+        assert_eq!(Key::from(&[0xff, 0x00][..]).as_bytes(), &[0xff, 0x00]);
     }
 }

@@ -174,14 +174,49 @@ pub struct Compare {
 }
 
 impl Compare {
-    /// `key`'s create revision compared with `revision`.
-    pub fn create_revision(key: Key, op: CompareOp, revision: Revision) -> Compare {
+    /// One key's `target` compared by `op` (etcd-client's `Compare::*`).
+    pub fn new(key: impl Into<Key>, op: CompareOp, target: CompareTarget) -> Compare {
         Compare {
-            key,
+            key: key.into(),
             prefix: false,
             op,
-            target: CompareTarget::CreateRevision(revision),
+            target,
         }
+    }
+
+    /// `key`'s create revision compared with `revision` (0: the key is
+    /// absent).
+    pub fn create_revision(key: impl Into<Key>, op: CompareOp, revision: Revision) -> Compare {
+        Compare::new(key, op, CompareTarget::CreateRevision(revision))
+    }
+
+    /// `key`'s mod revision compared with `revision`.
+    pub fn mod_revision(key: impl Into<Key>, op: CompareOp, revision: Revision) -> Compare {
+        Compare::new(key, op, CompareTarget::ModRevision(revision))
+    }
+
+    /// `key`'s version (the number of puts since its creation; 0: absent)
+    /// compared with `version`.
+    pub fn version(key: impl Into<Key>, op: CompareOp, version: i64) -> Compare {
+        Compare::new(key, op, CompareTarget::Version(version))
+    }
+
+    /// `key`'s value compared with `value` (a missing key never compares
+    /// equal).
+    pub fn value(key: impl Into<Key>, op: CompareOp, value: impl Into<Vec<u8>>) -> Compare {
+        Compare::new(key, op, CompareTarget::Value(value.into()))
+    }
+
+    /// `key`'s lease compared with `lease` (`LeaseId(0)`: none).
+    pub fn lease(key: impl Into<Key>, op: CompareOp, lease: LeaseId) -> Compare {
+        Compare::new(key, op, CompareTarget::Lease(lease))
+    }
+
+    /// The same comparison for every key under this compare's key, as a
+    /// prefix (and, with no key there, for an absent key).
+    pub fn with_prefix(mut self) -> Compare {
+        self.prefix = true;
+        self
     }
 }
 
@@ -209,8 +244,55 @@ pub enum TxnOp {
     Txn(Box<Txn>),
 }
 
+impl TxnOp {
+    /// Put `key` = `value`, attached to no lease.
+    pub fn put(key: impl Into<Key>, value: impl Into<Vec<u8>>) -> TxnOp {
+        TxnOp::put_with_lease(key, value, LeaseId(0))
+    }
+
+    /// Put `key` = `value`, attached to `lease`: the key is deleted when the
+    /// lease ends.
+    pub fn put_with_lease(key: impl Into<Key>, value: impl Into<Vec<u8>>, lease: LeaseId) -> TxnOp {
+        TxnOp::Put {
+            key: key.into(),
+            value: value.into(),
+            lease,
+        }
+    }
+
+    /// Delete `key` (one key).
+    pub fn delete(key: impl Into<Key>) -> TxnOp {
+        TxnOp::Delete { key: key.into() }
+    }
+
+    /// Read what `get` selects, at the transaction's revision.
+    pub fn get(get: Get) -> TxnOp {
+        TxnOp::Get(get)
+    }
+
+    /// A nested transaction.
+    pub fn txn(txn: Txn) -> TxnOp {
+        TxnOp::Txn(Box::new(txn))
+    }
+}
+
 /// A transaction: if every compare holds, `success` runs, else `failure`,
 /// atomically in one revision.
+///
+/// Built in etcd-client's shape:
+///
+/// ```
+/// use coord_core::io::{Compare, CompareOp, Txn, TxnOp};
+/// use coord_core::Revision;
+///
+/// let txn = Txn::new()
+///     .when([Compare::create_revision("/jobs/owner", CompareOp::Equal, Revision(0))])
+///     .and_then([TxnOp::put("/jobs/owner", "node-7")])
+///     .or_else([TxnOp::delete("/jobs/stale")]);
+/// assert_eq!(txn.compares.len(), 1);
+/// assert_eq!(txn.success, vec![TxnOp::put("/jobs/owner", b"node-7".to_vec())]);
+/// assert_eq!(txn.failure.len(), 1);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct Txn {
@@ -252,6 +334,31 @@ pub struct TxnResponse {
     pub responses: Vec<TxnOpResponse>,
     /// The cluster that answered.
     pub cluster: ClusterId,
+}
+
+impl Txn {
+    /// An empty transaction: no compares, nothing in either branch.
+    pub fn new() -> Txn {
+        Txn::default()
+    }
+
+    /// Adds conditions: `success` runs only if every one holds.
+    pub fn when(mut self, compares: impl IntoIterator<Item = Compare>) -> Txn {
+        self.compares.extend(compares);
+        self
+    }
+
+    /// Adds operations run when every compare holds.
+    pub fn and_then(mut self, ops: impl IntoIterator<Item = TxnOp>) -> Txn {
+        self.success.extend(ops);
+        self
+    }
+
+    /// Adds operations run when a compare fails.
+    pub fn or_else(mut self, ops: impl IntoIterator<Item = TxnOp>) -> Txn {
+        self.failure.extend(ops);
+        self
+    }
 }
 
 impl TxnResponse {

@@ -71,6 +71,7 @@ pub use backoff::{Backoff, BackoffConfig, BackoffConfigError, FailureClass, Paci
 /// registration, a watcher's first snapshot) fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum StartPolicy {
     /// Report the failure (`StartFailed`), undo what
     /// was done (revoke a partial lease) and end.

@@ -149,6 +149,7 @@ impl MirrorConfig {
 
 /// Why a mirror's (or watcher's, or observer's) config was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MirrorConfigError {
     /// The prefix is empty (it would watch the whole key space).
     #[error("the watched prefix is empty")]
@@ -169,6 +170,7 @@ pub enum MirrorConfigError {
 
 /// Why the view was rebuilt from a fresh range.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResyncReason {
     /// The watch's start revision was compacted.
     Compacted {

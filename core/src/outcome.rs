@@ -4,6 +4,7 @@
 /// onto these; the machines decide what each means for them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum Failure {
     /// The server answered that it cannot serve now, or could not be
     /// reached (`Unavailable`, no leader). Retried soon.
@@ -82,6 +83,7 @@ impl<T> Outcome<T> {
 /// Why one attempt of a machine (a registration, a listing, a campaign)
 /// failed. Every machine reports failed attempts with this type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AttemptFailure {
     /// etcd answered with a failure.
     #[error(transparent)]

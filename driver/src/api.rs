@@ -12,6 +12,7 @@ pub use coord_core::io::Granted;
 
 /// How an etcd request failed, classified for the state machines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EtcdError {
     /// etcd could not be reached or answered that it cannot serve now
     /// (`Unavailable`, no leader). Nothing was applied.

@@ -67,6 +67,40 @@ impl Default for ConnectOptions {
     }
 }
 
+impl ConnectOptions {
+    /// These options with TLS to etcd.
+    pub fn with_tls(mut self, tls: TlsOptions) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// These options with etcd's authentication as `user`.
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    /// These options with HTTP/2 keep-alive pings every `interval`, each
+    /// given up after `timeout` (see [`keep_alive`](Self::keep_alive)).
+    pub fn with_keep_alive(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.keep_alive = (interval, timeout);
+        self
+    }
+
+    /// These options with a TCP connect timeout of `timeout`.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// These options with require-leader on or off (see
+    /// [`require_leader`](Self::require_leader)).
+    pub fn with_require_leader(mut self, require: bool) -> Self {
+        self.require_leader = require;
+        self
+    }
+}
+
 /// Opens an `etcd-client` client to `endpoints` with HTTP/2 keep-alive
 /// (while a stream is open), a connect timeout and require-leader set. The client
 /// connects lazily: an unreachable etcd shows up as `Unavailable` on the

@@ -8,6 +8,7 @@ use crate::metadata::HostIdError;
 
 /// Everything a coord handle can fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The host id is unsafe as a key segment; nothing was written.
     #[error("invalid host id: {0}")]

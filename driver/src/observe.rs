@@ -118,6 +118,10 @@ impl Observe {
     /// happened. While etcd is unreachable nothing comes (the observer
     /// keeps retrying); after it returns, the leader then is reported if
     /// it changed.
+    ///
+    /// Cancel safety: cancel-safe (an observation leaves the buffer only
+    /// when it is returned). `Observe` is also a
+    /// [`Stream`](futures_core::Stream) of the same observations.
     pub async fn next(&mut self) -> Option<Observed> {
         self.events.recv().await
     }
@@ -132,6 +136,19 @@ impl Observe {
     /// Stops observing (idempotent).
     pub fn close(&self) {
         let _ = self.close.send(());
+    }
+}
+
+/// The same observations as [`Observe::next`], for `StreamExt`,
+/// `StreamMap` and tokio-stream. Ends (`None`) once closed.
+impl futures_core::Stream for Observe {
+    type Item = Observed;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Observed>> {
+        self.get_mut().events.poll_recv(cx)
     }
 }
 

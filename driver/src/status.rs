@@ -13,6 +13,7 @@ use crate::error::Error;
 
 /// The state of a handle's lease, as its `state()` receiver reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseStatus {
     /// The first registration is in flight.
     Registering,
@@ -173,6 +174,7 @@ pub(crate) async fn first_lease(
 /// reports it: whether its view is current, being rebuilt, or possibly
 /// stale because etcd keeps failing. A stale view is never silent.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ViewStatus {
     /// The first listing is being read (no failure yet).
     Starting,

@@ -90,6 +90,7 @@ pub(crate) fn lease_lost(handle: &'static str, reason: &LostReason) {
         LostReason::StreamClosed(_) => "stream_closed",
         LostReason::LeaseExpired => "lease_expired",
         LostReason::KeepAliveTimeout => "keepalive_timeout",
+        _ => "other",
     };
     metrics::counter!(LEASE_LOSSES, "handle" => handle, "reason" => reason).increment(1);
 }
@@ -118,6 +119,7 @@ pub(crate) fn watcher_resynced(reason: &ResyncReason) {
         ResyncReason::RevisionWentBack { .. } => "revision_went_back",
         ResyncReason::HistoryDiverged { .. } => "history_diverged",
         ResyncReason::ClusterChanged { .. } => "cluster_changed",
+        _ => "other",
     };
     metrics::counter!(WATCHER_RESYNCS, "reason" => reason).increment(1);
 }
@@ -132,6 +134,7 @@ pub(crate) fn election_lost(loss: &Loss) {
         Loss::KeyDeleted => "key_deleted",
         Loss::LeaseLost(_) => "lease_lost",
         Loss::SessionClosed => "session_closed",
+        _ => "other",
     };
     metrics::counter!(ELECTIONS_LOST, "reason" => reason).increment(1);
 }

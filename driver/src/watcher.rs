@@ -68,6 +68,7 @@ pub struct WatcherOptions {
 /// Where a [`HostWatcher`]'s loop (reading etcd, retrying, keeping the
 /// view) runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Driving {
     /// Whatever the consumer does: the view, `status()` and retries go on
     /// (until `buffer` events wait untaken, when etcd's stream is no
@@ -160,6 +161,7 @@ impl<M: DeserializeOwned> HostRecord<M> {
 /// A change of the hosts under the prefix. `revision` is the etcd revision
 /// the change reflects; revisions never decrease along the stream.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum HostEvent<M> {
     /// A host appeared (also: each host of the first snapshot).
     Up {
@@ -351,6 +353,11 @@ where
     /// waits), so await it on the runtime the watcher was created on
     /// (outside any Tokio runtime it only waits for the loop's task; from
     /// another runtime, choose [`Driving::OwnTask`]).
+    ///
+    /// Cancel safety: cancel-safe. An event leaves the buffer only when it
+    /// is returned, so a `next()` dropped in a `select!` loses nothing.
+    /// The watcher is also a [`Stream`](futures_core::Stream) of the same
+    /// events.
     pub async fn next(&mut self) -> Option<HostEvent<M>> {
         let HostWatcher {
             events,
@@ -388,6 +395,40 @@ where
                 events.recv().await
             }
         }
+    }
+
+    /// One poll of [`Stream::poll_next`]: what one poll of [`next`](Self::next)
+    /// does, except that under [`Driving::Background`] the consumer's turn
+    /// at the loop lasts one poll (between polls the loop's own task runs
+    /// it), since a stream is not told when its consumer stops waiting.
+    fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<HostEvent<M>>> {
+        let HostWatcher {
+            events,
+            inline,
+            shared,
+            ..
+        } = self;
+        if let Poll::Ready(event) = events.poll_recv(cx) {
+            return Poll::Ready(event);
+        }
+        if let Some(shared) = shared {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let turn = shared.turn();
+                let _ = turn.poll(cx);
+                return events.poll_recv(cx);
+            }
+            return Poll::Pending;
+        }
+        let inline = inline.get_mut();
+        let Some(Loop(looping)) = inline else {
+            return Poll::Pending;
+        };
+        if looping.as_mut().poll(cx).is_ready() {
+            // The loop ended (closed): what it buffered is still taken.
+            *inline = None;
+            return events.poll_recv(cx);
+        }
+        Poll::Pending
     }
 
     /// Under [`Driving::InNext`], runs the loop to its end (after a
@@ -434,6 +475,24 @@ where
         self.run_inline_to_end().await;
         let mut running = self.running.clone();
         let _ = running.wait_for(|r| !*r).await;
+    }
+}
+
+/// The same events as [`HostWatcher::next`], for `StreamExt`, `StreamMap`
+/// and tokio-stream. Polling it drives the watcher as `next()` does (under
+/// [`Driving::InNext`], nothing happens between polls). Ends (`None`) once
+/// the watcher is closed and its buffered events are taken.
+impl<M> futures_core::Stream for HostWatcher<M>
+where
+    M: DeserializeOwned + Clone + Send + 'static,
+{
+    type Item = HostEvent<M>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<HostEvent<M>>> {
+        self.get_mut().poll_event(cx)
     }
 }
 
@@ -589,6 +648,7 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
                     }
                     AttemptFailure::Etcd(other) => Error::Watch(other),
                     AttemptFailure::LeaseGone => Error::Watch(Failure::LeaseNotFound),
+                    other => Error::Request(other),
                 };
                 if let Some(ready) = self.ready.take() {
                     let _ = ready.send(Err(err));

@@ -637,10 +637,12 @@ async fn watcher_agent<W: Wrap>(
                     coord::ResyncReason::RevisionWentBack { .. }
                     | coord::ResyncReason::HistoryDiverged { .. }
                     | coord::ResyncReason::ClusterChanged { .. } => WatcherEventKind::Restored,
+                    other => panic!("a resync reason the checker cannot judge: {other:?}"),
                 },
                 revision,
             ),
             HostEvent::Retrying { .. } => bare(WatcherEventKind::Retrying, coord::Revision(0)),
+            other => panic!("a watcher event the checker cannot judge: {other:?}"),
         };
         w.record(What::WatcherEvent {
             watcher: i,

@@ -91,6 +91,7 @@ fn apply(view: &mut BTreeMap<String, Revision>, last: &mut Revision, e: &HostEve
         }
         HostEvent::Synced { revision } | HostEvent::Resynced { revision, .. } => *revision,
         HostEvent::Retrying { .. } => *last,
+        other => panic!("an event this test does not know: {other:?}"),
     };
     assert!(rev >= *last, "revision went back from {last:?} to {rev:?}");
     *last = rev;
@@ -425,6 +426,7 @@ async fn etcd_leader_killed_during_churn_loses_no_event() {
                 HostEvent::Resynced { .. } => panic!("no compaction happened: no resync expected"),
                 HostEvent::Synced { .. } => panic!("second Synced"),
                 HostEvent::Retrying { .. } => {}
+                other => panic!("an event this test does not know: {other:?}"),
             }
         }
         assert_eq!(got, expected, "watcher {i}: every change, once, in order");

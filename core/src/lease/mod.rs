@@ -80,6 +80,7 @@ pub struct Attach {
 /// What the engine does after losing its lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum OnLoss {
     /// Try to keep the same lease (and key) unless etcd said it is dead.
     Resume,
@@ -178,6 +179,7 @@ pub(crate) fn validate_request_timeout(timeout: Duration) -> Result<(), ConfigEr
 
 /// Why a lease (or liveness, or session) config was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// TTL must be between 1 s and one day.
     #[error("lease TTL must be between 1 s and 1 day, got {0:?}")]
@@ -244,6 +246,7 @@ pub use crate::machine::Input;
 
 /// Why a held lease was declared lost.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LostReason {
     /// The keep-alive stream broke and could not be reopened before the
     /// lease's deadline.
@@ -260,6 +263,7 @@ pub enum LostReason {
 
 /// What close did with the leases the engine held.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RevokeOutcome {
     /// No lease existed (never granted one, or every one known gone).
     NothingToRevoke,

@@ -44,6 +44,7 @@ pub struct Marker {
 
 /// Why a marker file could not be read as one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MarkerError {
     /// Longer than [`MAX_MARKER_LEN`].
     #[error("marker is {0} bytes long, more than {MAX_MARKER_LEN}")]

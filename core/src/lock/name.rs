@@ -7,6 +7,7 @@ pub const MAX_LOCK_NAME_LEN: usize = 200;
 
 /// Why a lock name was refused. Nothing is written for a refused name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockNameError {
     /// The name is empty.
     #[error("lock name is empty")]

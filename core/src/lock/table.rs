@@ -56,6 +56,7 @@ pub struct Grant {
 
 /// What a release found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Released {
     /// The hold was there and is released.
     Released,

@@ -16,6 +16,7 @@ use super::marker::Marker;
 /// How markers are judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub enum Strategy {
     /// The pid where it can tell, else the stale window.
     #[default]

@@ -76,7 +76,8 @@ fn lock_code(e: &coord::lock::LockError) -> u8 {
         L::Locked | L::Timeout => HELD,
         L::Lost(_) => LOST,
         L::BadName(_) | L::BadOptions(_) | L::NoTtl(_) => USAGE,
-        L::Backend { .. } => UNREACHABLE,
+        // A backend failure, or an outcome newer than this match.
+        _ => UNREACHABLE,
     }
 }
 
@@ -103,6 +104,8 @@ fn coord_code(e: &Error) -> u8 {
         | Error::TaskGone
         | Error::Closed
         | Error::Request(_) => UNREACHABLE,
+        // An outcome newer than this match: a failure, not a usage error.
+        _ => UNREACHABLE,
     }
 }
 

@@ -142,6 +142,7 @@ fn event_record(event: &HostEvent<HostMetadata>) -> Record {
                 "retry_in_ms",
                 u64::try_from(retry_in.as_millis()).unwrap_or(u64::MAX),
             ),
+        other => Record::new("other").with("event", format!("{other:?}")),
     }
 }
 

@@ -98,6 +98,7 @@ pub fn liveness_record(event: &LivenessEvent) -> Record {
                 RevokeOutcome::NothingToRevoke => "nothing to revoke".to_string(),
                 RevokeOutcome::Revoked(l) => format!("revoked {l}"),
                 RevokeOutcome::NotConfirmed(l) => format!("not confirmed for {l}"),
+                other => format!("{other:?}"),
             },
         ),
     }

@@ -48,6 +48,7 @@ use crate::session::Session;
 
 /// What a lock call can fail with.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockError {
     /// Every slot of the name is held (`try_acquire`).
     #[error("the lock is held")]
@@ -80,6 +81,7 @@ pub enum LockError {
 
 /// Why a hold ended without its holder releasing it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockLost {
     /// Another process judged this holder dead or stale and took the lock
     /// over, or an operator removed the marker or evicted the hold.
