@@ -3,7 +3,7 @@
 //! A fleet whose etcd fails fails as one, and each host's retries would
 //! reach etcd within a second of its return. To spread the return, each
 //! host needs the fleet's size and a rank of its own (see
-//! [`Slot`](crate::Slot)). A registered host counts the keys under the
+//! [`Slot`]). A registered host counts the keys under the
 //! fleet's prefix, and those after its own key, with two cheap count
 //! reads (serializable, one key returned each): its rank is the number of
 //! keys before its own, distinct for every live host. The first census is
@@ -18,7 +18,7 @@
 //! due as if it had been answered.
 //!
 //! One state enum, the time passed in; the reads come out of
-//! [`Census::poll`], under op ids of the census's own slot.
+//! `Census::poll`, under op ids of the census's own slot.
 
 use std::time::Duration;
 

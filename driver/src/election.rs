@@ -5,6 +5,46 @@
 //! An [`Election`] made with [`Election::new`] owns its session (closing it
 //! revokes the session's lease); one borrowed from a [`Session`] or an
 //! [`ElectionPool`](crate::ElectionPool) does not.
+//!
+//! # Contract
+//!
+//! - Keys are etcd's Go `concurrency` keys: `<name>/<lease id in lowercase
+//!   hex>` = the candidate's value, attached to its session's lease. The
+//!   leader is the key with the lowest create revision; its create revision
+//!   is the **fencing token**, strictly increasing across leaders. `etcdctl
+//!   elect NAME VALUE` (and go-coord) queue with coord's candidates.
+//! - `campaign` joins with one transaction that creates the key only if
+//!   absent and reads the queue at the same revision (so a retry after an
+//!   unknown outcome finds its own key), then waits until no key with a lower
+//!   create revision is left. It fails with `Error::Lost` as soon as its own
+//!   key is deleted (by anyone) or its session's lease is lost: no zombie
+//!   candidate. Dropping the future (or `campaign_timeout`) withdraws it and
+//!   deletes its key.
+//! - `try_campaign` is one round trip: it creates the key only if nobody is
+//!   queued at all (a range compare over the name), so a loser leaves no key.
+//! - A `Leadership` has `fence()`; `is_leader()`, which checks the lease's
+//!   proven deadline (send time of the last acknowledged keep-alive plus its
+//!   TTL) against the clock at call time, so it is right even after a long GC
+//!   pause; `lost()`, which completes when the key is deleted by anyone, the
+//!   lease is lost or its deadline passes, or the session is closed (`None`
+//!   after this handle resigned); `proclaim(value)` and `txn(txn)`, both
+//!   applied by etcd only while the key still has the token as its create
+//!   revision (`Error::NotLeader` otherwise, nothing applied; `Error::Request`
+//!   when the outcome is unknown); `resign()`, which deletes the key only if
+//!   it is still this leadership's; and `probe()`, a cloneable view for other
+//!   tasks. Dropping a `Leadership` resigns in the background.
+//! - `leader()` reads the current leader once; `observe()` streams every
+//!   change of leader (`Observed { leader, revision }`, `leader: None` when
+//!   nobody leads), once per revision, through broken streams and
+//!   compactions (the watcher's list-and-watch). `Observe::start(client,
+//!   name)` observes without a session: it writes nothing.
+//! - One campaign per name per session at a time (`Error::AlreadyCampaigning`:
+//!   both would write the same key); a campaign on a name whose previous
+//!   campaign is still leaving waits for the old key to go. A campaign that
+//!   has not joined yet when its session loses the lease joins again with the
+//!   next lease (a try, one round trip, fails instead). Bad input writes nothing: an empty name,
+//!   one ending in `/` or holding a control character (`Error::InvalidName`),
+//!   a value over 1 MiB (`Error::ValueTooLarge`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

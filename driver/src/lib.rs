@@ -8,32 +8,35 @@
 //! etcd's truth through compactions and broken streams ([`HostWatcher`]);
 //! and leader election, election pools and locks with fencing tokens,
 //! key-compatible with etcd's Go `concurrency` package ([`Election`],
-//! [`ElectionPool`], [`Mutex`], on a [`Session`]).
+//! [`ElectionPool`], [`Mutex`], on a [`Session`]), plus one lock API over
+//! other backends ([`lock`]).
+//!
+//! Every handle takes the [`Client`] that [`connect`] opens: one probe of
+//! etcd shared by every handle made from it, and a move to another member
+//! when one goes silent.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), coord::Error> {
 //! let client = coord::connect(&["http://127.0.0.1:2379"], coord::ConnectOptions::default()).await?;
 //! let meta = coord::HostMetadata::new("6b1f0c1e-3a52-4c47-9a37-0a4c5f1c2d3e", "node-7");
-//! let host = coord::HostLiveness::register(client, meta, coord::LivenessOptions::default()).await?;
+//! let host = coord::HostLiveness::register(client.clone(), meta, Default::default()).await?;
 //! println!("registered at {} under lease {:?}", host.key(), host.lease_id());
-//! host.stop().await?;
-//! # Ok(()) }
-//! ```
 //!
-//! ```no_run
-//! # async fn demo(client: etcd_client::Client) -> Result<(), coord::Error> {
-//! let election = coord::Election::new(client, "/coord/elections/scheduler", Default::default()).await?;
+//! let election = coord::Election::new(client, "scheduler", Default::default()).await?;
 //! let leader = election.campaign("node-7").await?;
-//! println!("leading with fence {:?}", leader.fence());
-//! let loss = leader.lost().await; // the key deleted, the lease lost, ...
-//! println!("lost: {loss:?}");
-//! # Ok(()) }
+//! println!("leading with fencing token {:?}", leader.fence());
+//! leader.resign().await?;
+//! election.close().await?;
+//! host.stop().await
+//! # }
 //! ```
 //!
+//! Watching the fleet, as events or as a [`Stream`](futures_core::Stream):
+//!
 //! ```no_run
-//! # async fn demo(client: etcd_client::Client) -> Result<(), coord::Error> {
-//! use coord::{HostEvent, HostWatcher, WatcherOptions};
-//! let mut watcher: HostWatcher = HostWatcher::new(client, WatcherOptions::default()).await?;
+//! # async fn demo(client: coord::Client) -> Result<(), coord::Error> {
+//! use coord::{HostEvent, HostWatcher};
+//! let mut watcher: HostWatcher = HostWatcher::new(client, Default::default()).await?;
 //! while let Some(event) = watcher.next().await {
 //!     if let HostEvent::Down { host, last_seen, .. } = event {
 //!         println!("{host} went down; it last said {:?}", last_seen.meta);
@@ -42,15 +45,59 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The state machines live in `coord-core` (sans-IO); this crate runs them
-//! on tokio against etcd through the [`EtcdApi`] trait.
+//! Connecting with TLS and authentication, and checking the connection
+//! once (so a wrong CA, certificate or password fails at start):
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), coord::Error> {
+//! use std::path::Path;
+//! let tls = coord::TlsOptions::from_files(
+//!     Some(Path::new("ca.pem")),
+//!     Some(Path::new("client.pem")),
+//!     Some(Path::new("client-key.pem")),
+//! )?; // Error::Tls naming the file that does not load
+//! let options = coord::ConnectOptions::default()
+//!     .with_tls(tls)
+//!     .with_user("ops", "secret"); // Error::Auth if refused
+//! let client = coord::connect(&["https://10.0.0.1:2379"], options).await?;
+//! // connect does not dial (a service may start while etcd is down); check
+//! // asks once: Error::Tls, Error::Auth or Error::Unreachable, never a hang.
+//! client.check(std::time::Duration::from_secs(2)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Guides
+//!
+//! In the repository's `docs/`: the failure model and its bounds, choosing a
+//! lock backend, the wire format, sizing, and operating `coordctl`.
+//!
+//! ## Feature flags
+#![doc = document_features::document_features!()]
+//!
+//! The state machines live in `etcd-coord-core` (sans-IO); this crate runs
+//! them on tokio against etcd through the [`EtcdApi`] trait.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
-/// Every Rust example of the README, compiled as a doctest.
+/// Every Rust example of the README and of the guides in `docs/`,
+/// compiled as doctests (only in the repository: the guides are not in the
+/// published package).
 #[cfg(all(doctest, not(madsim)))]
-#[doc = include_str!("../../README.md")]
-pub struct ReadmeExamples;
+pub mod guide_examples {
+    #[doc = include_str!("../../README.md")]
+    pub struct Readme;
+    #[doc = include_str!("../../docs/failure-model.md")]
+    pub struct FailureModel;
+    #[doc = include_str!("../../docs/lock-backends.md")]
+    pub struct LockBackends;
+    #[doc = include_str!("../../docs/wire-format.md")]
+    pub struct WireFormat;
+    #[doc = include_str!("../../docs/sizing.md")]
+    pub struct Sizing;
+    #[doc = include_str!("../../docs/coordctl.md")]
+    pub struct Coordctl;
+}
 
 pub mod api;
 mod backend;

@@ -5,6 +5,21 @@
 //! on its own task, tagged with its `OpId`), always drains keep-alive
 //! replies, and sleeps until the machine's next deadline. Only this task
 //! reads the clock.
+//!
+//! # Contract
+//!
+//! `register` fails fast, writing nothing, on a bad host id (empty, longer than
+//! 253 bytes, containing `/`, `..`, whitespace or control characters), bad
+//! options (TTL outside 1 s..1 day, refresh not below the TTL) or metadata over
+//! 1 MiB. If the first registration fails at etcd (unreachable, refused) it
+//! returns `Error::Unreachable` / `Error::Registration` after revoking any lease
+//! it had granted; set `retry_first_registration` to keep trying in the
+//! background instead. Metadata of your own type goes through
+//! `HostLiveness::register_with(client, host_id, &meta, opts)`.
+//!
+//! Dropping a `HostLiveness` without `stop` is an ungraceful stop: the
+//! keep-alive ends and the key disappears when the lease expires, about one TTL
+//! later.
 
 use std::time::Duration;
 

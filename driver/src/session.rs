@@ -6,6 +6,23 @@
 //! from it talks to the same background task. Dropping every clone without
 //! [`close`](Session::close) is an ungraceful close: the keep-alive ends and
 //! the lease (with every key on it) expires about one TTL later.
+//!
+//! # Contract
+//!
+//! - A `Session` is one lease kept alive by the same engine as a host's
+//!   liveness (client-side deadline, broken streams reopened while the lease
+//!   provably lives). When its lease is lost (TTL 0, not found, or its
+//!   deadline passed) every campaign and leadership on it reports lost at
+//!   once, the old lease is revoked until etcd confirms (its keys must not
+//!   block anyone), and a new lease is granted for later campaigns: a dead
+//!   session is never handed out. Campaigns asked for meanwhile wait for it.
+//! - `Election::new`/`Mutex::new` own a session of their own (`close`
+//!   revokes it); `Election::on`/`Mutex::on`/`pool.election(name)` borrow one
+//!   (their `close` leaves it alone), as go-coord's pool does.
+//! - Keep-alive load does not grow with names: a pool of 1,000 names is one
+//!   lease (go-coord's pool holds one session per name).
+//! - Dropping every handle of a session without `close` is an ungraceful
+//!   close: its keys go when the lease expires, about one TTL later.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};

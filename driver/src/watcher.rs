@@ -8,6 +8,46 @@
 //! difference as `Down`/`Up`/`Updated`, then `Resynced`. No event is ever
 //! dropped and the view is always etcd's truth as of the newest revision
 //! processed (it may run ahead of the events not yet taken).
+//!
+//! # Contract
+//!
+//! - `new` lists the prefix: its hosts come first as `Up` events, then
+//!   `Synced`. It then watches from the listing's revision + 1 with prev kv.
+//!   It fails fast (`Error::Unreachable`, ...) unless `retry_first_snapshot`.
+//! - A put of a new host is `Up`. A put that changes a host's value or lease is
+//!   `Updated`, with the previous record. An identical re-put is nothing. A
+//!   delete is `Down`, carrying the last-seen metadata.
+//! - Every event carries the etcd revision it reflects; revisions never
+//!   decrease. Replaying the events from empty always gives the view: no `Up`
+//!   for a host already up, no `Down` for one that is not.
+//! - A broken stream resumes from the last revision seen + 1 with backoff,
+//!   which includes a silent stream: a stream quiet for `probe_interval`
+//!   (10 s) is probed with a progress request and replaced if the answer does
+//!   not come within the request timeout. If that revision is compacted, the
+//!   watcher lists the prefix again and emits the difference: `Down` for hosts
+//!   gone, `Up` for new ones, `Updated` for changed ones, then `Resynced`.
+//! - **Slow consumers**: the buffer holds `buffer` events (default 32, as
+//!   go-coord). When it is full the watcher stops reading etcd's stream
+//!   (backpressure) instead of dropping anything. A consumer so slow that etcd
+//!   compacts past it gets the re-list above. `view()` is always etcd's truth
+//!   as of the newest revision processed.
+//! - Metadata that does not decode (another agent wrote something else) still
+//!   produces the event: `record.meta` is `Err(DecodeError)` and `record.raw`
+//!   holds the bytes. Keys under the prefix that are not valid host ids
+//!   (nested paths, empty tail) are ignored, with a debug trace.
+//! - `close()` (idempotent) or a `closer()` token from anywhere ends the
+//!   stream; `wait()` waits for the end; dropping the watcher stops it.
+//!   Metadata of your own type: `HostWatcher<MyType>`.
+//! - **Where the loop runs** (`driving`): by default inside the consumer's
+//!   `next()` while it waits there and on a task of its own otherwise, so
+//!   the view, `status()` and retries go on whatever the consumer does, and
+//!   a consumer waiting for events takes them without a hand-over between
+//!   tasks (await `next()` on the runtime the watcher was made on).
+//!   [`Driving::OwnTask`] always runs it on its own task (`next()` may then be
+//!   awaited anywhere, at a wake per event). [`Driving::InNext`] runs it only
+//!   inside the consumer's own `next()` (and `close()`, `wait()`): the
+//!   cheapest per event, but nothing happens between calls. For a consumer
+//!   that awaits `next()` in a loop of its own.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

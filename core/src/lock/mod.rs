@@ -4,7 +4,7 @@
 //!   a name becomes a file name, an etcd key, a Redis key);
 //! - [`marker`]: the marker file a file lock's holder writes, and its
 //!   strict parser;
-//! - [`verdict`]: what a marker found on disk means (held, dead, reused,
+//! - [`verdict`](mod@verdict): what a marker found on disk means (held, dead, reused,
 //!   stale, inconclusive), from the pid probe and the marker's age;
 //! - [`table`]: an in-process lock table with slots and fencing tokens
 //!   (the memory backend, and the model the other backends are tested

@@ -12,7 +12,7 @@
 //! Each round registers hosts of both policies side by side through the
 //! same proxy, so they live through the very same outage: coord's
 //! (adaptive pacing, resume), and the go-coord-style baseline run through
-//! the same driver with only the policy swapped ([`Pacing::Plain`]:
+//! the same driver with only the policy swapped ([`Pacing::Plain`](coord::Pacing::Plain):
 //! 100 ms doubling to 30 s, no jitter, no fast class, blind to etcd's
 //! return; a lost lease replaced, not resumed). Each host has its own
 //! client (its own connection), and the outage begins at a random phase
