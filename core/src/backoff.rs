@@ -50,6 +50,7 @@ pub enum Pacing {
 /// Backoff parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct BackoffConfig {
     /// Ceiling of the first delay. Default 100 ms.
     pub initial: Duration,
@@ -61,6 +62,37 @@ pub struct BackoffConfig {
     pub fast_cap: Duration,
     /// How delays are drawn. Default [`Pacing::Adaptive`].
     pub pacing: Pacing,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `BackoffConfig::default()`
+/// (or its constructor) and set what differs.
+impl BackoffConfig {
+    /// These options with [`initial`](Self::initial) set.
+    pub fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+    /// These options with [`multiplier`](Self::multiplier) set.
+    pub fn with_multiplier(mut self, multiplier: u32) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+    /// These options with [`cap`](Self::cap) set.
+    pub fn with_cap(mut self, cap: Duration) -> Self {
+        self.cap = cap;
+        self
+    }
+    /// These options with [`fast_cap`](Self::fast_cap) set.
+    pub fn with_fast_cap(mut self, fast_cap: Duration) -> Self {
+        self.fast_cap = fast_cap;
+        self
+    }
+    /// These options with [`pacing`](Self::pacing) set.
+    pub fn with_pacing(mut self, pacing: Pacing) -> Self {
+        self.pacing = pacing;
+        self
+    }
 }
 
 impl Default for BackoffConfig {

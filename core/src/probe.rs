@@ -56,6 +56,7 @@ pub const PROBE_KEY: &[u8] = b"\0coord-probe";
 /// How the prober probes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[non_exhaustive]
 pub struct ProbeConfig {
     /// Least time between two probes. Default 1 s.
     pub interval: Duration,
@@ -66,6 +67,27 @@ pub struct ProbeConfig {
     /// reaches no etcd, so this pace loads none; set it to `interval` for
     /// one pace whatever the failure.
     pub refused_interval: Duration,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `ProbeConfig::default()`
+/// (or its constructor) and set what differs.
+impl ProbeConfig {
+    /// These options with [`interval`](Self::interval) set.
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+    /// These options with [`request_timeout`](Self::request_timeout) set.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+    /// These options with [`refused_interval`](Self::refused_interval) set.
+    pub fn with_refused_interval(mut self, refused_interval: Duration) -> Self {
+        self.refused_interval = refused_interval;
+        self
+    }
 }
 
 impl Default for ProbeConfig {

@@ -2,7 +2,6 @@
 //! re-dialled when etcd goes silent, and the one probe that every handle
 //! made from it shares.
 
-use std::ops::Deref;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -30,10 +29,10 @@ const MOVE_EVERY: Duration = Duration::from_secs(1);
 ///   the HTTP/2 pings (which must stay slow; see
 ///   [`ConnectOptions`](crate::ConnectOptions)). At most one move a second.
 ///
-/// `Deref` gives the etcd-client client first dialled to every endpoint,
-/// for requests of your own. Handles also take a bare
-/// `etcd_client::Client`; each of them then probes on its own and never
-/// moves.
+/// [`etcd`](Self::etcd) gives an etcd-client client for requests of your
+/// own (etcd-client is re-exported as [`coord::etcd_client`](crate::etcd_client)).
+/// Handles also take a bare `etcd_client::Client`; each of them then
+/// probes on its own and never moves.
 #[derive(Clone)]
 pub struct Client {
     shared: Arc<Shared>,
@@ -88,8 +87,15 @@ impl Client {
         }
     }
 
-    /// The etcd-client client coord's handles use now (one member's).
+    /// An etcd-client client for requests of your own: the one first
+    /// dialled to every endpoint, which spreads its requests over them as
+    /// etcd-client does. Cheap to clone.
     pub fn etcd(&self) -> etcd_client::Client {
+        self.shared.first.clone()
+    }
+
+    /// The etcd-client client coord's handles use now (one member's).
+    fn current(&self) -> etcd_client::Client {
         match self.shared.current.read() {
             Ok(c) => c.1.clone(),
             Err(poisoned) => poisoned.into_inner().1.clone(),
@@ -113,18 +119,18 @@ impl Client {
         match tokio::time::timeout(timeout, maintenance.status()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(match (crate::connect::connect_error(e), self.shared.tls) {
-                (crate::Error::Unreachable(m), true) if closed_after_connecting(&m) => {
-                    crate::Error::Tls(format!(
+                (crate::Error::Unreachable(m), true) if closed_after_connecting(m.text()) => {
+                    crate::Error::Tls(m.context(
                         "etcd closed the connection after the TLS handshake: it may want \
-                             a client certificate, or refuse this one (expired, or from a CA \
-                             it does not trust): {m}"
+                         a client certificate, or refuse this one (expired, or from a CA \
+                         it does not trust)",
                     ))
                 }
                 (other, _) => other,
             }),
-            Err(_) => Err(crate::Error::Unreachable(format!(
+            Err(_) => Err(crate::Error::Unreachable(crate::Cause::msg(format!(
                 "no answer within {timeout:?}"
-            ))),
+            )))),
         }
     }
 
@@ -153,14 +159,6 @@ fn closed_after_connecting(message: &str) -> bool {
 impl From<etcd_client::Client> for Client {
     fn from(etcd: etcd_client::Client) -> Self {
         Client::new(etcd)
-    }
-}
-
-impl Deref for Client {
-    type Target = etcd_client::Client;
-
-    fn deref(&self) -> &etcd_client::Client {
-        &self.shared.first
     }
 }
 
@@ -213,11 +211,11 @@ impl EtcdApi for Client {
     }
 
     async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        EtcdApi::range(&self.etcd(), request).await
+        EtcdApi::range(&self.current(), request).await
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        EtcdApi::txn(&self.etcd(), txn).await
+        EtcdApi::txn(&self.current(), txn).await
     }
 
     async fn watch(
@@ -226,21 +224,21 @@ impl EtcdApi for Client {
         prefix: bool,
         start_revision: Revision,
     ) -> Result<(Self::WatchControl, Self::WatchEvents), EtcdError> {
-        EtcdApi::watch(&self.etcd(), key, prefix, start_revision).await
+        EtcdApi::watch(&self.current(), key, prefix, start_revision).await
     }
 
     async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        EtcdApi::lease_grant(&self.etcd(), ttl_secs).await
+        EtcdApi::lease_grant(&self.current(), ttl_secs).await
     }
 
     async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        EtcdApi::lease_revoke(&self.etcd(), lease).await
+        EtcdApi::lease_revoke(&self.current(), lease).await
     }
 
     async fn lease_keep_alive(
         &self,
         lease: LeaseId,
     ) -> Result<(Self::Keeper, Self::Replies), EtcdError> {
-        EtcdApi::lease_keep_alive(&self.etcd(), lease).await
+        EtcdApi::lease_keep_alive(&self.current(), lease).await
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::cause::Cause;
 use crate::dial::Dialer;
 use crate::error::Error;
 use crate::tls::TlsOptions;
@@ -14,6 +15,7 @@ static NEXT_START: AtomicU64 = AtomicU64::new(0);
 /// assumes; a client opened another way should set the same. Its `Debug`
 /// never shows the password.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ConnectOptions {
     /// HTTP/2 keep-alive ping interval and timeout, sent only while a
     /// stream is open: they close a connection that died silently (a
@@ -120,7 +122,7 @@ pub async fn connect<E: AsRef<str>>(
     options: ConnectOptions,
 ) -> Result<crate::Client, Error> {
     if endpoints.is_empty() {
-        return Err(Error::Connect("no endpoints given".into()));
+        return Err(Error::Connect(Cause::msg("no endpoints given")));
     }
     let mut opts = etcd_client::ConnectOptions::new()
         .with_keep_alive(options.keep_alive.0, options.keep_alive.1)
@@ -174,21 +176,21 @@ pub(crate) fn connect_error(e: etcd_client::Error) -> Error {
                 || s.message().contains("user name is empty")
                 || s.message().contains("invalid auth token") =>
         {
-            Error::Auth(text)
+            Error::Auth(Cause::described(text, e))
         }
-        _ if tls => Error::Tls(text),
+        _ if tls => Error::Tls(Cause::described(text, e)),
         etcd_client::Error::GRpcStatus(s)
             if matches!(
                 s.code(),
                 Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
             ) =>
         {
-            Error::Unreachable(text)
+            Error::Unreachable(Cause::described(text, e))
         }
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
-            Error::Unreachable(text)
+            Error::Unreachable(Cause::described(text, e))
         }
-        _ => Error::Connect(text),
+        _ => Error::Connect(Cause::described(text, e)),
     }
 }
 

@@ -110,13 +110,16 @@ fn insecure_config(tls: &TlsOptions) -> Result<rustls::ClientConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls(e.to_string()))?
+        .map_err(|e| Error::Tls(crate::Cause::new(e)))?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)));
     let mut config = match tls.identity_der()? {
-        Some((chain, key)) => builder
-            .with_client_auth_cert(chain, key)
-            .map_err(|e| Error::Tls(format!("the client certificate: {e}")))?,
+        Some((chain, key)) => builder.with_client_auth_cert(chain, key).map_err(|e| {
+            Error::Tls(crate::Cause::described(
+                format!("the client certificate: {e}"),
+                e,
+            ))
+        })?,
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"h2".to_vec()];

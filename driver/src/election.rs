@@ -410,8 +410,13 @@ impl Leadership {
 
     /// Steps down: deletes the key if it is still this leadership's (etcd
     /// hands over to the next candidate at once). Returns once etcd
-    /// answered, or `Error::Timeout` after the request timeout while the
-    /// delete goes on in the background (or the key goes with the lease).
+    /// answered, or `Error::ResignNotConfirmed` after the request timeout
+    /// while the delete goes on in the background (or the key goes with
+    /// the lease). Idempotent with the leadership's end: a leadership
+    /// already lost resigns at once.
+    ///
+    /// Cancel safety: dropping the future does not stop the resign, which
+    /// goes on in the background.
     pub async fn resign(self) -> Result<(), Error> {
         self.resigned.store(true, Ordering::Relaxed);
         self.session.send(Request::Leave { id: self.id })?;
@@ -421,7 +426,9 @@ impl Leadership {
             let _ = phase.wait_for(Phase::is_over).await;
         })
         .await;
-        left.map_err(|_| Error::Timeout)
+        left.map_err(|_| Error::ResignNotConfirmed {
+            key: self.key.to_string(),
+        })
     }
 
     /// Releases a lock: the same as [`resign`](Self::resign).

@@ -4,6 +4,7 @@ use coord_core::election::Loss;
 use coord_core::liveness::{AttemptFailure, ConfigError};
 use coord_core::LeaseId;
 
+use crate::cause::Cause;
 use crate::metadata::HostIdError;
 
 /// Everything a coord handle can fail with.
@@ -29,14 +30,14 @@ pub enum Error {
     },
     /// The metadata could not be encoded as JSON.
     #[error("metadata cannot be encoded as JSON: {0}")]
-    Encode(String),
+    Encode(#[source] Cause),
     /// etcd could not be reached (refused, no leader, or no answer in time)
     /// during the first registration. Any partial lease was revoked.
     #[error("etcd unreachable: {0}")]
-    Unreachable(String),
+    Unreachable(#[source] Cause),
     /// etcd refused the first registration. Any partial lease was revoked.
     #[error("registration failed: {0}")]
-    Registration(AttemptFailure),
+    Registration(#[source] AttemptFailure),
     /// `stop` could not confirm the revoke: the key stays until the lease
     /// expires, at most one TTL later.
     #[error("revoke of lease {lease} not confirmed; the key expires within one TTL")]
@@ -46,20 +47,20 @@ pub enum Error {
     },
     /// Connecting a client failed (bad endpoint or options).
     #[error("cannot create etcd client: {0}")]
-    Connect(String),
+    Connect(#[source] Cause),
     /// TLS failed: a CA, certificate or key that does not load, or etcd
     /// and the client that do not accept each other's certificates.
     #[error("TLS: {0}")]
-    Tls(String),
+    Tls(#[source] Cause),
     /// etcd refused the user or password (or the user's permissions).
     #[error("etcd refused the credentials: {0}")]
-    Auth(String),
+    Auth(#[source] Cause),
     /// Watcher options out of range; nothing was read.
     #[error("invalid watcher options: {0}")]
-    InvalidWatcherOptions(coord_core::watcher::ConfigError),
+    InvalidWatcherOptions(#[source] coord_core::watcher::ConfigError),
     /// etcd refused the watcher's first snapshot.
     #[error("watch failed: {0}")]
-    Watch(coord_core::Failure),
+    Watch(#[source] coord_core::Failure),
     /// The handle's background task is gone (the handle was dropped or the
     /// runtime shut down).
     #[error("the handle's background task has ended")]
@@ -83,7 +84,7 @@ pub enum Error {
     /// The campaign, leadership or lock ended against the holder's will
     /// (its key deleted, its session's lease lost, its session closed).
     #[error("lost: {0}")]
-    Lost(Loss),
+    Lost(#[source] Loss),
     /// The request needs leadership (or the lock) and the caller no longer
     /// has it; etcd applied nothing.
     #[error("not the leader (or lock holder)")]
@@ -95,6 +96,16 @@ pub enum Error {
     /// withdrawn.
     #[error("timed out")]
     Timeout,
+    /// `resign` (or `unlock`) was not confirmed within the request
+    /// timeout. The delete goes on in the background; if it never lands,
+    /// the key goes with its session's lease, at most one TTL later.
+    #[error(
+        "the resign of {key} was not confirmed in time; the key goes with its lease at the latest"
+    )]
+    ResignNotConfirmed {
+        /// The leadership's key.
+        key: String,
+    },
     /// The session (or pool) is closed.
     #[error("the session is closed")]
     Closed,
@@ -108,7 +119,7 @@ pub enum Error {
     /// A request failed, or its outcome is unknown (a guarded transaction
     /// may or may not have been applied).
     #[error("request failed: {0}")]
-    Request(AttemptFailure),
+    Request(#[source] AttemptFailure),
 }
 
 impl Error {
@@ -116,10 +127,10 @@ impl Error {
         use coord_core::Failure;
         match reason {
             AttemptFailure::Timeout => {
-                Error::Unreachable("no answer before the request deadline".into())
+                Error::Unreachable(Cause::msg("no answer before the request deadline"))
             }
             AttemptFailure::Etcd(Failure::Unavailable(m) | Failure::Refused(m)) => {
-                Error::Unreachable(m)
+                Error::Unreachable(Cause::msg(m))
             }
             other => Error::Registration(other),
         }

@@ -101,6 +101,7 @@ pub mod guide_examples {
 
 pub mod api;
 mod backend;
+mod cause;
 #[cfg(not(madsim))]
 mod client;
 mod clock;
@@ -133,6 +134,7 @@ pub use api::{
     EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents,
     WatchMessage,
 };
+pub use cause::Cause;
 #[cfg(not(madsim))]
 pub use client::Client;
 #[cfg(not(madsim))]
@@ -145,6 +147,12 @@ pub use coord_core::Revision;
 pub use coord_core::{AttemptFailure, Retry};
 pub use coord_core::{BackoffConfig, LeaseId, Pacing};
 pub use error::Error;
+/// The etcd client coord runs on, for requests of your own
+/// ([`Client::etcd`]) and to name its types. Its version is part of
+/// coord's API: a coord release that moves to an incompatible etcd-client
+/// is a breaking release.
+#[cfg(not(madsim))]
+pub use etcd_client;
 pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX};
 pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,

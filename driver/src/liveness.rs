@@ -44,6 +44,7 @@ pub const DEFAULT_PREFIX: &str = "/coord/hosts/";
 
 /// Options of [`HostLiveness::register`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LivenessOptions {
     /// Key prefix; the host's key is `<prefix><host id>`. Default
     /// `/coord/hosts/`.
@@ -80,6 +81,57 @@ pub struct LivenessOptions {
     /// each host keeps its own jittered pace, and a large fleet returns
     /// within about a second (a herd).
     pub fleet_spacing: Option<Duration>,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `LivenessOptions::default()`
+/// (or its constructor) and set what differs.
+impl LivenessOptions {
+    /// These options with [`prefix`](Self::prefix) set.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// These options with [`ttl`](Self::ttl) set.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// These options with [`refresh`](Self::refresh) set.
+    pub fn with_refresh(mut self, refresh: Duration) -> Self {
+        self.refresh = Some(refresh);
+        self
+    }
+    /// These options with [`request_timeout`](Self::request_timeout) set.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+    /// These options with [`backoff`](Self::backoff) set.
+    pub fn with_backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = backoff;
+        self
+    }
+    /// These options with [`seed`](Self::seed) set.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+    /// These options with [`retry_first_registration`](Self::retry_first_registration) set.
+    pub fn with_retry_first_registration(mut self, retry_first_registration: bool) -> Self {
+        self.retry_first_registration = retry_first_registration;
+        self
+    }
+    /// These options with [`on_loss`](Self::on_loss) set.
+    pub fn with_on_loss(mut self, on_loss: OnLoss) -> Self {
+        self.on_loss = on_loss;
+        self
+    }
+    /// These options with [`fleet_spacing`](Self::fleet_spacing) set.
+    pub fn with_fleet_spacing(mut self, fleet_spacing: Option<Duration>) -> Self {
+        self.fleet_spacing = fleet_spacing;
+        self
+    }
 }
 
 impl Default for LivenessOptions {
@@ -146,7 +198,7 @@ impl HostLiveness {
     ) -> Result<HostLiveness, Error> {
         validate_host_id(host_id)?;
         opts.check_prefix()?;
-        let value = serde_json::to_vec(meta).map_err(|e| Error::Encode(e.to_string()))?;
+        let value = serde_json::to_vec(meta).map_err(|e| Error::Encode(crate::Cause::new(e)))?;
         if value.len() > MAX_METADATA_LEN {
             return Err(Error::MetadataTooLarge {
                 size: value.len(),

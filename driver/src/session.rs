@@ -48,6 +48,7 @@ use crate::status::{first_lease, LeaseReporter, LeaseStatus};
 /// Options of [`Session::new`] (and of a standalone election, a lock, a
 /// pool).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionOptions {
     /// Lease TTL, 1 s to 1 day, asked in whole seconds (rounded up); etcd
     /// may grant more (its minimum). A leader whose process dies is
@@ -67,6 +68,47 @@ pub struct SessionOptions {
     /// Keep retrying a failing first lease grant in the background instead
     /// of failing `new`. Default false.
     pub retry_first_grant: bool,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `SessionOptions::default()`
+/// (or its constructor) and set what differs.
+impl SessionOptions {
+    /// These options with [`ttl`](Self::ttl) set.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// These options with [`refresh`](Self::refresh) set.
+    pub fn with_refresh(mut self, refresh: Duration) -> Self {
+        self.refresh = Some(refresh);
+        self
+    }
+    /// These options with [`request_timeout`](Self::request_timeout) set.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+    /// These options with [`probe_interval`](Self::probe_interval) set.
+    pub fn with_probe_interval(mut self, probe_interval: Duration) -> Self {
+        self.probe_interval = probe_interval;
+        self
+    }
+    /// These options with [`backoff`](Self::backoff) set.
+    pub fn with_backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = backoff;
+        self
+    }
+    /// These options with [`seed`](Self::seed) set.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+    /// These options with [`retry_first_grant`](Self::retry_first_grant) set.
+    pub fn with_retry_first_grant(mut self, retry_first_grant: bool) -> Self {
+        self.retry_first_grant = retry_first_grant;
+        self
+    }
 }
 
 impl Default for SessionOptions {

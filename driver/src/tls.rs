@@ -65,8 +65,12 @@ impl TlsOptions {
     ) -> Result<Self, Error> {
         let (cert, key) = (cert_pem.into(), key_pem.into());
         certificates(&cert, "the client certificate")?;
-        PrivateKeyDer::from_pem_slice(&key)
-            .map_err(|e| Error::Tls(format!("the client key holds no usable private key: {e}")))?;
+        PrivateKeyDer::from_pem_slice(&key).map_err(|e| {
+            Error::Tls(crate::Cause::described(
+                format!("the client key holds no usable private key: {e}"),
+                e,
+            ))
+        })?;
         self.identity = Some((cert, key));
         Ok(self)
     }
@@ -101,9 +105,18 @@ impl TlsOptions {
         };
         let chain = CertificateDer::pem_slice_iter(cert)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::Tls(format!("the client certificate does not decode: {e}")))?;
-        let key = PrivateKeyDer::from_pem_slice(key)
-            .map_err(|e| Error::Tls(format!("the client key holds no usable private key: {e}")))?;
+            .map_err(|e| {
+                Error::Tls(crate::Cause::described(
+                    format!("the client certificate does not decode: {e}"),
+                    e,
+                ))
+            })?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| {
+            Error::Tls(crate::Cause::described(
+                format!("the client key holds no usable private key: {e}"),
+                e,
+            ))
+        })?;
         Ok(Some((chain, key)))
     }
 
@@ -126,8 +139,16 @@ impl TlsOptions {
                 tls = tls.with_identity_pem(c, k).map_err(|e| in_file(e, cert))?;
             }
             (None, None) => {}
-            (Some(_), None) => return Err(Error::Tls("a client certificate needs its key".into())),
-            (None, Some(_)) => return Err(Error::Tls("a client key needs its certificate".into())),
+            (Some(_), None) => {
+                return Err(Error::Tls(crate::Cause::msg(
+                    "a client certificate needs its key",
+                )))
+            }
+            (None, Some(_)) => {
+                return Err(Error::Tls(crate::Cause::msg(
+                    "a client key needs its certificate",
+                )))
+            }
         }
         Ok(tls)
     }
@@ -150,12 +171,17 @@ impl TlsOptions {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| Error::Tls(format!("cannot read {}: {e}", path.display())))
+    std::fs::read(path).map_err(|e| {
+        Error::Tls(crate::Cause::described(
+            format!("cannot read {}: {e}", path.display()),
+            e,
+        ))
+    })
 }
 
 fn in_file(e: Error, path: &Path) -> Error {
     match e {
-        Error::Tls(m) => Error::Tls(format!("{}: {m}", path.display())),
+        Error::Tls(m) => Error::Tls(m.context(path.display())),
         other => other,
     }
 }
@@ -164,11 +190,18 @@ fn in_file(e: Error, path: &Path) -> Error {
 fn certificates(pem: &[u8], what: &str) -> Result<(), Error> {
     let mut n = 0;
     for cert in CertificateDer::pem_slice_iter(pem) {
-        cert.map_err(|e| Error::Tls(format!("{what} does not decode: {e}")))?;
+        cert.map_err(|e| {
+            Error::Tls(crate::Cause::described(
+                format!("{what} does not decode: {e}"),
+                e,
+            ))
+        })?;
         n += 1;
     }
     if n == 0 {
-        return Err(Error::Tls(format!("{what} holds no PEM certificate")));
+        return Err(Error::Tls(crate::Cause::msg(format!(
+            "{what} holds no PEM certificate"
+        ))));
     }
     Ok(())
 }
@@ -181,13 +214,13 @@ mod tests {
     fn pem_without_a_certificate_is_refused() {
         assert!(matches!(
             TlsOptions::new().with_ca_pem(b"not pem".to_vec()),
-            Err(Error::Tls(m)) if m.contains("no PEM certificate")
+            Err(Error::Tls(m)) if m.text().contains("no PEM certificate")
         ));
         assert!(matches!(
             TlsOptions::new().with_ca_pem(
                 b"-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n".to_vec()
             ),
-            Err(Error::Tls(m)) if m.contains("does not decode")
+            Err(Error::Tls(m)) if m.text().contains("does not decode")
         ));
     }
 
@@ -196,15 +229,15 @@ mod tests {
         let missing = Path::new("/nonexistent/ca.pem");
         assert!(matches!(
             TlsOptions::from_files(Some(missing), None, None),
-            Err(Error::Tls(m)) if m.contains("/nonexistent/ca.pem")
+            Err(Error::Tls(m)) if m.text().contains("/nonexistent/ca.pem")
         ));
         assert!(matches!(
             TlsOptions::from_files(None, Some(missing), None),
-            Err(Error::Tls(m)) if m.contains("needs its key")
+            Err(Error::Tls(m)) if m.text().contains("needs its key")
         ));
         assert!(matches!(
             TlsOptions::from_files(None, None, Some(missing)),
-            Err(Error::Tls(m)) if m.contains("needs its certificate")
+            Err(Error::Tls(m)) if m.text().contains("needs its certificate")
         ));
     }
 

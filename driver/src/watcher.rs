@@ -74,6 +74,7 @@ use crate::status::ViewStatus;
 
 /// Options of [`HostWatcher::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WatcherOptions {
     /// The prefix watched. Default `/coord/hosts/`.
     pub prefix: String,
@@ -103,6 +104,67 @@ pub struct WatcherOptions {
     pub page_size: u32,
     /// Where the watcher's loop runs. Default [`Driving::Background`].
     pub driving: Driving,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `WatcherOptions::default()`
+/// (or its constructor) and set what differs.
+impl WatcherOptions {
+    /// These options with [`prefix`](Self::prefix) set.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// These options with [`exclude_host`](Self::exclude_host) set.
+    pub fn with_exclude_host(mut self, exclude_host: impl Into<String>) -> Self {
+        self.exclude_host = Some(exclude_host.into());
+        self
+    }
+    /// These options with [`serializable`](Self::serializable) set.
+    pub fn with_serializable(mut self, serializable: bool) -> Self {
+        self.serializable = serializable;
+        self
+    }
+    /// These options with [`request_timeout`](Self::request_timeout) set.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
+    /// These options with [`probe_interval`](Self::probe_interval) set.
+    pub fn with_probe_interval(mut self, probe_interval: Duration) -> Self {
+        self.probe_interval = probe_interval;
+        self
+    }
+    /// These options with [`backoff`](Self::backoff) set.
+    pub fn with_backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = backoff;
+        self
+    }
+    /// These options with [`seed`](Self::seed) set.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+    /// These options with [`buffer`](Self::buffer) set.
+    pub fn with_buffer(mut self, buffer: usize) -> Self {
+        self.buffer = buffer;
+        self
+    }
+    /// These options with [`retry_first_snapshot`](Self::retry_first_snapshot) set.
+    pub fn with_retry_first_snapshot(mut self, retry_first_snapshot: bool) -> Self {
+        self.retry_first_snapshot = retry_first_snapshot;
+        self
+    }
+    /// These options with [`page_size`](Self::page_size) set.
+    pub fn with_page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size;
+        self
+    }
+    /// These options with [`driving`](Self::driving) set.
+    pub fn with_driving(mut self, driving: Driving) -> Self {
+        self.driving = driving;
+        self
+    }
 }
 
 /// Where a [`HostWatcher`]'s loop (reading etcd, retrying, keeping the
@@ -680,11 +742,11 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Host<Watcher> for WatcherHost
             }
             Event::StartFailed { reason } => {
                 let err = match reason {
-                    AttemptFailure::Timeout => {
-                        Error::Unreachable("no answer before the request deadline".into())
-                    }
+                    AttemptFailure::Timeout => Error::Unreachable(crate::Cause::msg(
+                        "no answer before the request deadline",
+                    )),
                     AttemptFailure::Etcd(Failure::Unavailable(m) | Failure::Refused(m)) => {
-                        Error::Unreachable(m)
+                        Error::Unreachable(crate::Cause::msg(m))
                     }
                     AttemptFailure::Etcd(other) => Error::Watch(other),
                     AttemptFailure::LeaseGone => Error::Watch(Failure::LeaseNotFound),

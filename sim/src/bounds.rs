@@ -180,12 +180,13 @@ impl Nominal {
     /// defaults (the TTL is per process).
     pub fn sessions() -> Nominal {
         let s = coord::SessionOptions::default();
+        let liveness = LivenessOptions::default()
+            .with_request_timeout(s.request_timeout)
+            .with_backoff(s.backoff);
         Nominal {
-            liveness: LivenessOptions {
-                refresh: s.refresh,
-                request_timeout: s.request_timeout,
-                backoff: s.backoff,
-                ..LivenessOptions::default()
+            liveness: match s.refresh {
+                Some(refresh) => liveness.with_refresh(refresh),
+                None => liveness,
             },
             ..Nominal::default()
         }

@@ -108,11 +108,9 @@ fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
             inner,
             bend: Flooding::default(),
         };
-        let opts = SessionOptions {
-            ttl: Duration::from_secs(10),
-            seed: Some(5),
-            ..SessionOptions::default()
-        };
+        let opts = SessionOptions::default()
+            .with_ttl(Duration::from_secs(10))
+            .with_seed(5);
         let pool = ElectionPool::new(api.clone(), opts)
             .await
             .map_err(|e| e.to_string())?;
@@ -156,11 +154,9 @@ fn a_watch_stream_that_never_runs_dry_does_not_hold_up_the_keep_alives() {
 #[test]
 fn a_watch_stream_that_never_runs_dry_does_not_starve_another() {
     let outcome = run_beside_etcd(6, |etcd_addr, start| async move {
-        let opts = SessionOptions {
-            ttl: Duration::from_secs(10),
-            seed: Some(6),
-            ..SessionOptions::default()
-        };
+        let opts = SessionOptions::default()
+            .with_ttl(Duration::from_secs(10))
+            .with_seed(6);
         let fail = |e: coord::Error| e.to_string();
         let (_rival, mut held) = rival_leading(etcd_addr, start, &opts, &["kept", "given"]).await?;
         let given_up = held.pop().ok_or("the rival holds nothing")?;

@@ -142,12 +142,10 @@ fn a_probe_answered_during_a_pause_keeps_the_stream() {
         };
         let seen = api.clone();
         let started = block_on_within(4, async move {
-            let opts = WatcherOptions {
-                probe_interval: Duration::from_secs(1),
-                request_timeout: REQUEST_TIMEOUT,
-                seed: Some(4),
-                ..WatcherOptions::default()
-            };
+            let opts = WatcherOptions::default()
+                .with_probe_interval(Duration::from_secs(1))
+                .with_request_timeout(REQUEST_TIMEOUT)
+                .with_seed(4);
             let Ok(watcher) = HostWatcher::<serde_json::Value>::new(api, opts).await else {
                 return false;
             };
@@ -345,13 +343,11 @@ impl Bend for KeptBusy {
 /// threshold and by more: the catch-up, and the late wake's read window.
 fn kept_busy_for(busy: Duration) {
     let outcome = run_beside_etcd(7, |etcd_addr, start| async move {
-        let opts = SessionOptions {
-            ttl: Duration::from_secs(10),
-            request_timeout: REQUEST_TIMEOUT,
-            probe_interval: Duration::from_secs(2),
-            seed: Some(7),
-            ..SessionOptions::default()
-        };
+        let opts = SessionOptions::default()
+            .with_ttl(Duration::from_secs(10))
+            .with_request_timeout(REQUEST_TIMEOUT)
+            .with_probe_interval(Duration::from_secs(2))
+            .with_seed(7);
         let fail = |e: coord::Error| e.to_string();
         let names = [BUSY_NAME, READY_NAME, PROBED_NAME];
         let (_rival, _held) = rival_leading(etcd_addr, start, &opts, &names).await?;
@@ -433,12 +429,10 @@ fn a_watch_created_while_the_consumer_was_behind_is_read_before_its_deadline_is_
         };
         let seen = api.clone();
         let taken = block_on_within(5, async move {
-            let opts = WatcherOptions {
-                request_timeout: REQUEST_TIMEOUT,
-                buffer: 1,
-                seed: Some(5),
-                ..WatcherOptions::default()
-            };
+            let opts = WatcherOptions::default()
+                .with_request_timeout(REQUEST_TIMEOUT)
+                .with_buffer(1)
+                .with_seed(5);
             let Ok(mut watcher) = HostWatcher::<serde_json::Value>::new(api, opts).await else {
                 return 0;
             };

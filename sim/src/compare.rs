@@ -33,36 +33,28 @@ impl Wrap for GoCoordStyle {
     }
 
     fn host_options(&self, nominal: LivenessOptions) -> LivenessOptions {
-        LivenessOptions {
-            backoff: plain(&nominal.backoff),
-            on_loss: OnLoss::Replace,
+        let backoff = plain(&nominal.backoff);
+        nominal
+            .with_backoff(backoff)
+            .with_on_loss(OnLoss::Replace)
             // go-coord counts no fleet.
-            fleet_spacing: None,
-            ..nominal
-        }
+            .with_fleet_spacing(None)
     }
 
     fn watcher_options(&self, nominal: WatcherOptions) -> WatcherOptions {
-        WatcherOptions {
-            backoff: plain(&nominal.backoff),
-            ..nominal
-        }
+        let backoff = plain(&nominal.backoff);
+        nominal.with_backoff(backoff)
     }
 
     fn session_options(&self, nominal: SessionOptions) -> SessionOptions {
-        SessionOptions {
-            backoff: plain(&nominal.backoff),
-            ..nominal
-        }
+        let backoff = plain(&nominal.backoff);
+        nominal.with_backoff(backoff)
     }
 }
 
 /// `b` with plain pacing (its initial delay, growth and cap kept).
 fn plain(b: &BackoffConfig) -> BackoffConfig {
-    BackoffConfig {
-        pacing: coord::Pacing::Plain,
-        ..b.clone()
-    }
+    b.clone().with_pacing(coord::Pacing::Plain)
 }
 
 /// Watchers' `Down` events for a host whose process was running (not

@@ -61,12 +61,10 @@ fn contender_ip(c: usize) -> IpAddr {
 /// The options every contender's session uses: coord's defaults but its
 /// TTL, a seed per process, and retrying the first grant.
 pub fn session_options(ttl_secs: u64, seed: u64) -> SessionOptions {
-    SessionOptions {
-        ttl: Duration::from_secs(ttl_secs),
-        seed: Some(seed),
-        retry_first_grant: true,
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_ttl(Duration::from_secs(ttl_secs))
+        .with_seed(seed)
+        .with_retry_first_grant(true)
 }
 
 /// Creates a node per contender of `case`.

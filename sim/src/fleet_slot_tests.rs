@@ -75,10 +75,7 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
                             opens: Arc::clone(&noted),
                         },
                     };
-                    let opts = LivenessOptions {
-                        seed: Some(h),
-                        ..LivenessOptions::default()
-                    };
+                    let opts = LivenessOptions::default().with_seed(h);
                     let meta = HostMetadata::new(format!("host-{h:02}"), "sim");
                     let host = HostLiveness::register(api, meta, opts)
                         .await

@@ -99,24 +99,20 @@ pub fn host_key(i: usize) -> String {
 /// The driver options every simulated host uses (coord's defaults, but the
 /// TTL, a seed per process, and retrying the first registration).
 pub fn host_options(ttl_secs: u64, seed: u64) -> LivenessOptions {
-    LivenessOptions {
-        ttl: Duration::from_secs(ttl_secs),
-        seed: Some(seed),
-        retry_first_registration: true,
-        ..LivenessOptions::default()
-    }
+    LivenessOptions::default()
+        .with_ttl(Duration::from_secs(ttl_secs))
+        .with_seed(seed)
+        .with_retry_first_registration(true)
 }
 
 /// The options every simulated watcher uses: coord's defaults, a seed,
 /// retrying the first snapshot, and pages of 1-3 keys, so every listing of
 /// a fleet is read in several pages (and compactions land between them).
 pub fn watcher_options(seed: u64) -> WatcherOptions {
-    WatcherOptions {
-        seed: Some(seed),
-        retry_first_snapshot: true,
-        page_size: 1 + u32::try_from(seed % 3).unwrap_or(0),
-        ..WatcherOptions::default()
-    }
+    WatcherOptions::default()
+        .with_seed(seed)
+        .with_retry_first_snapshot(true)
+        .with_page_size(1 + u32::try_from(seed % 3).unwrap_or(0))
 }
 
 /// How long after the heal every host must be registered again: one
@@ -488,21 +484,15 @@ fn watcher_options_for(i: usize, mixed: u64, generator: Generator) -> WatcherOpt
     let opts = watcher_options(mixed);
     match generator {
         Generator::V1 | Generator::V2 | Generator::V3 | Generator::V4 | Generator::V5 => opts,
-        Generator::V6 => WatcherOptions {
-            serializable: i == 0,
-            buffer: 1,
-            ..opts
-        },
-        Generator::V7 | Generator::V8 => WatcherOptions {
-            serializable: i == 0,
-            buffer: 1,
-            driving: if i == 1 {
+        Generator::V6 => opts.with_serializable(i == 0).with_buffer(1),
+        Generator::V7 | Generator::V8 => opts
+            .with_serializable(i == 0)
+            .with_buffer(1)
+            .with_driving(if i == 1 {
                 coord::Driving::InNext
             } else {
                 coord::Driving::Background
-            },
-            ..opts
-        },
+            }),
     }
 }
 
@@ -535,13 +525,10 @@ async fn watcher_agent<W: Wrap>(
     let api = wrap.wrap(etcd);
     let mixed = seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     for name in names {
-        let opts = coord::SessionOptions {
-            seed: Some(
-                name.bytes()
-                    .fold(mixed, |h, b| h.wrapping_mul(31) ^ u64::from(b)),
-            ),
-            ..coord::SessionOptions::default()
-        };
+        let opts = coord::SessionOptions::default().with_seed(
+            name.bytes()
+                .fold(mixed, |h, b| h.wrapping_mul(31) ^ u64::from(b)),
+        );
         let Ok(mut observe) = coord::Observe::start_with(api.clone(), &name, &opts) else {
             continue;
         };

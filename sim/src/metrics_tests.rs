@@ -16,11 +16,9 @@ fn a_sessions_lease_remaining_is_recorded_and_within_its_ttl() {
     let outcome = metrics::with_local_recorder(&recorder, || {
         run_beside_etcd(8, |etcd_addr, start| async move {
             let api = sim_client(etcd_addr, 1, start).await?;
-            let opts = SessionOptions {
-                ttl: Duration::from_secs(9),
-                seed: Some(8),
-                ..SessionOptions::default()
-            };
+            let opts = SessionOptions::default()
+                .with_ttl(Duration::from_secs(9))
+                .with_seed(8);
             let session = Session::new(api, opts).await.map_err(|e| e.to_string())?;
             // A few keep-alives later.
             madsim::time::sleep(Duration::from_secs(10)).await;

@@ -96,17 +96,15 @@ fn an_observer_runs_on_the_timeouts_and_backoff_it_is_given() {
     // the first. With the default probe interval it would come after 11 s,
     // with the default request timeout after 7.5 s, with the default
     // backoff after 1.6 s.
-    let opts = SessionOptions {
-        probe_interval: Duration::from_secs(1),
-        request_timeout: Duration::from_millis(500),
-        backoff: BackoffConfig {
-            initial: Duration::from_secs(3),
-            fast_cap: Duration::from_secs(3),
-            ..BackoffConfig::default()
-        },
-        seed: Some(7),
-        ..SessionOptions::default()
-    };
+    let opts = SessionOptions::default()
+        .with_probe_interval(Duration::from_secs(1))
+        .with_request_timeout(Duration::from_millis(500))
+        .with_backoff(
+            BackoffConfig::default()
+                .with_initial(Duration::from_secs(3))
+                .with_fast_cap(Duration::from_secs(3)),
+        )
+        .with_seed(7);
     let watches = block_on_within(1, async move {
         let api = QuietStreams {
             watches: Arc::default(),

@@ -13,11 +13,9 @@ use crate::test_fakes::{run_beside_etcd, sim_client};
 fn a_pool_counts_its_names_serves_observers_and_answers_every_request() {
     let outcome = run_beside_etcd(6, |etcd_addr, start| async move {
         let api = sim_client(etcd_addr, 1, start).await?;
-        let opts = SessionOptions {
-            ttl: Duration::from_secs(10),
-            seed: Some(6),
-            ..SessionOptions::default()
-        };
+        let opts = SessionOptions::default()
+            .with_ttl(Duration::from_secs(10))
+            .with_seed(6);
         let pool = ElectionPool::new(api, opts)
             .await
             .map_err(|e| e.to_string())?;
@@ -58,10 +56,7 @@ fn a_pool_counts_the_heals_of_its_lease() {
     let outcome = run_beside_etcd(7, |etcd_addr, start| async move {
         let api = sim_client(etcd_addr, 1, start).await?;
         let outsider = sim_client(etcd_addr, 2, start).await?;
-        let opts = SessionOptions {
-            seed: Some(7),
-            ..SessionOptions::default()
-        };
+        let opts = SessionOptions::default().with_seed(7);
         let pool = ElectionPool::new(api, opts)
             .await
             .map_err(|e| e.to_string())?;

@@ -165,19 +165,18 @@ const SILENCE: Duration = Duration::from_secs(40);
 /// A host's options: a 10 s TTL, 1 s request timeout, and slow failures
 /// waited out for [`SLOW_WAIT`] (equal jitter).
 fn options(seed: u64) -> LivenessOptions {
-    LivenessOptions {
-        ttl: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            initial: SLOW_WAIT,
-            multiplier: 1,
-            cap: SLOW_WAIT,
-            fast_cap: Duration::from_secs(1),
-            pacing: Pacing::Adaptive,
-        },
-        seed: Some(seed),
-        ..LivenessOptions::default()
-    }
+    LivenessOptions::default()
+        .with_ttl(Duration::from_secs(10))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_backoff(
+            BackoffConfig::default()
+                .with_initial(SLOW_WAIT)
+                .with_multiplier(1)
+                .with_cap(SLOW_WAIT)
+                .with_fast_cap(Duration::from_secs(1))
+                .with_pacing(Pacing::Adaptive),
+        )
+        .with_seed(seed)
 }
 
 /// Waits (a virtual minute at most) until `state` says what `wanted`

@@ -74,12 +74,10 @@ const NAMES: usize = 24;
 #[test]
 fn a_look_for_a_message_polls_only_the_streams_that_were_woken() {
     let outcome = run_beside_etcd(11, |etcd_addr, start| async move {
-        let opts = SessionOptions {
-            ttl: Duration::from_secs(10),
-            probe_interval: Duration::from_secs(2),
-            seed: Some(11),
-            ..SessionOptions::default()
-        };
+        let opts = SessionOptions::default()
+            .with_ttl(Duration::from_secs(10))
+            .with_probe_interval(Duration::from_secs(2))
+            .with_seed(11);
         let fail = |e: coord::Error| e.to_string();
         let names: Vec<String> = (0..NAMES).map(|i| format!("name-{i:02}")).collect();
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();

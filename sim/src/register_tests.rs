@@ -187,10 +187,8 @@ fn metadata_of_len(len: usize) -> HostMetadata {
 /// What registering `meta` (then stopping) returns.
 fn register(meta: HostMetadata, api: Recording) -> (Result<(), Error>, Result<(), Error>) {
     block_on_within(2, async move {
-        let opts = LivenessOptions {
-            request_timeout: std::time::Duration::from_millis(500),
-            ..LivenessOptions::default()
-        };
+        let opts =
+            LivenessOptions::default().with_request_timeout(std::time::Duration::from_millis(500));
         match HostLiveness::register(api, meta, opts).await {
             Ok(host) => (Ok(()), host.stop().await),
             Err(e) => (Err(e), Ok(())),
@@ -264,11 +262,9 @@ fn session_life(
     (Result<(), Error>, bool, Option<LeaseId>),
 ) {
     let seen = block_on_within(30, async move {
-        let opts = coord::SessionOptions {
-            ttl: std::time::Duration::from_secs(7),
-            seed: Some(4),
-            ..coord::SessionOptions::default()
-        };
+        let opts = coord::SessionOptions::default()
+            .with_ttl(std::time::Duration::from_secs(7))
+            .with_seed(4);
         let session = coord::Session::new(api, opts).await.ok()?;
         let state = session.state().borrow().clone();
         let live = (
@@ -331,7 +327,7 @@ fn a_first_registration_that_fails_says_why() {
     });
     for (what, e) in [("session", session), ("host", host)] {
         assert!(
-            matches!(&e, Some(Error::Unreachable(m)) if m == "etcd is away"),
+            matches!(&e, Some(Error::Unreachable(m)) if m.text() == "etcd is away"),
             "{what}: {e:?}"
         );
     }

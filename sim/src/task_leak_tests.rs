@@ -140,16 +140,14 @@ impl EtcdApi for Unanswered {
 }
 
 fn options() -> SessionOptions {
-    SessionOptions {
-        request_timeout: Duration::from_millis(500),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(1),
-            fast_cap: Duration::from_secs(1),
-            ..BackoffConfig::default()
-        },
-        seed: Some(3),
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_request_timeout(Duration::from_millis(500))
+        .with_backoff(
+            BackoffConfig::default()
+                .with_cap(Duration::from_secs(1))
+                .with_fast_cap(Duration::from_secs(1)),
+        )
+        .with_seed(3)
 }
 
 /// What an election against [`Unanswered`] left running: a campaign that

@@ -33,10 +33,7 @@ fn stalled_then_read() -> Result<Stalled, String> {
     run_beside_etcd(12, |etcd_addr, start| async move {
         let api = sim_client(etcd_addr, 1, start).await?;
         let writer = sim_client(etcd_addr, 2, start).await?;
-        let opts = WatcherOptions {
-            buffer: BUFFER,
-            ..WatcherOptions::default()
-        };
+        let opts = WatcherOptions::default().with_buffer(BUFFER);
         let mut watcher = HostWatcher::<serde_json::Value>::new(api, opts)
             .await
             .map_err(|e| e.to_string())?;

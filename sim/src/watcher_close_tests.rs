@@ -25,10 +25,7 @@ type Closed = (bool, ViewStatus, ViewStatus, Option<String>);
 fn closed(driving: Driving, closing: Closing) -> Closed {
     let outcome = run_beside_etcd(9, move |etcd_addr, start| async move {
         let api = sim_client(etcd_addr, 1, start).await?;
-        let opts = WatcherOptions {
-            driving,
-            ..WatcherOptions::default()
-        };
+        let opts = WatcherOptions::default().with_driving(driving);
         let mut watcher = HostWatcher::<serde_json::Value>::new(api, opts)
             .await
             .map_err(|e| e.to_string())?;
@@ -84,11 +81,9 @@ fn taken_after_an_early_close(driving: Driving) -> Result<Vec<String>, String> {
     run_beside_etcd(11, move |etcd_addr, start| async move {
         let api = sim_client(etcd_addr, 1, start).await?;
         put_hosts(&api, (0..SNAPSHOT_HOSTS).map(|i| format!("h{i:03}"))).await?;
-        let opts = WatcherOptions {
-            driving,
-            buffer: 4 * SNAPSHOT_HOSTS,
-            ..WatcherOptions::default()
-        };
+        let opts = WatcherOptions::default()
+            .with_driving(driving)
+            .with_buffer(4 * SNAPSHOT_HOSTS);
         let mut watcher = HostWatcher::<serde_json::Value>::new(api, opts)
             .await
             .map_err(|e| e.to_string())?;

@@ -640,19 +640,13 @@ impl coord_sim::harness::Wrap for Uncounted {
         etcd
     }
     fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
-        coord::LivenessOptions {
-            fleet_spacing: None,
-            ..nominal
-        }
+        nominal.with_fleet_spacing(None)
     }
     /// Watchers run their loops on tasks of their own, as every watcher did
     /// when these seeds were found: a consumer's `next()` running the loop
     /// shifts when every later task runs.
     fn watcher_options(&self, nominal: coord::WatcherOptions) -> coord::WatcherOptions {
-        coord::WatcherOptions {
-            driving: coord::Driving::OwnTask,
-            ..nominal
-        }
+        nominal.with_driving(coord::Driving::OwnTask)
     }
 }
 

@@ -574,11 +574,7 @@ impl Wrap for Unjittered {
         etcd
     }
     fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
-        coord::LivenessOptions {
-            seed: Some(7),
-            fleet_spacing: None,
-            ..nominal
-        }
+        nominal.with_seed(7).with_fleet_spacing(None)
     }
 }
 
@@ -630,11 +626,12 @@ impl Wrap for Slowed {
         match self {
             Slowed::Probe => {
                 let nominal = coord::ProbeConfig::default();
-                etcd.with_probe(coord::ProbeConfig {
-                    interval: nominal.interval * 2,
-                    request_timeout: nominal.request_timeout * 2,
-                    refused_interval: nominal.refused_interval * 2,
-                })
+                etcd.with_probe(
+                    coord::ProbeConfig::default()
+                        .with_interval(nominal.interval * 2)
+                        .with_request_timeout(nominal.request_timeout * 2)
+                        .with_refused_interval(nominal.refused_interval * 2),
+                )
             }
             _ => etcd,
         }
@@ -646,51 +643,47 @@ impl Wrap for Slowed {
             // back, so its own backoff shows in few runs, and hosts are
             // counted within a second of registering. Uncounted, every
             // retry is paced by the backoff, as before the census.
-            Slowed::Backoff => coord::LivenessOptions {
-                backoff: twice_as_slow(&nominal.backoff),
-                fleet_spacing: None,
-                ..nominal
-            },
+            Slowed::Backoff => {
+                let backoff = twice_as_slow(&nominal.backoff);
+                nominal.with_backoff(backoff).with_fleet_spacing(None)
+            }
             // The watchers' backoff sought as found (generator 7, hosts
             // uncounted): the hosts' census reads shift every later event.
-            Slowed::WatcherBackoff => coord::LivenessOptions {
-                fleet_spacing: None,
-                ..nominal
-            },
-            Slowed::Refresh => coord::LivenessOptions {
-                refresh: Some(nominal.ttl * 2 / 3),
-                ..nominal
-            },
+            Slowed::WatcherBackoff => nominal.with_fleet_spacing(None),
+            Slowed::Refresh => {
+                let value = nominal.ttl * 2 / 3;
+                nominal.with_refresh(value)
+            }
             _ => nominal,
         }
     }
     fn watcher_options(&self, nominal: coord::WatcherOptions) -> coord::WatcherOptions {
         match self {
-            Slowed::WatcherProbe => coord::WatcherOptions {
-                probe_interval: nominal.probe_interval * 2,
-                ..nominal
-            },
-            Slowed::WatcherRequest => coord::WatcherOptions {
-                request_timeout: nominal.request_timeout * 2,
-                ..nominal
-            },
-            Slowed::WatcherBackoff => coord::WatcherOptions {
-                backoff: twice_as_slow(&nominal.backoff),
-                ..nominal
-            },
+            Slowed::WatcherProbe => {
+                let value = nominal.probe_interval * 2;
+                nominal.with_probe_interval(value)
+            }
+            Slowed::WatcherRequest => {
+                let value = nominal.request_timeout * 2;
+                nominal.with_request_timeout(value)
+            }
+            Slowed::WatcherBackoff => {
+                let value = twice_as_slow(&nominal.backoff);
+                nominal.with_backoff(value)
+            }
             _ => nominal,
         }
     }
     fn session_options(&self, nominal: coord::SessionOptions) -> coord::SessionOptions {
         match self {
-            Slowed::SessionBackoff => coord::SessionOptions {
-                backoff: twice_as_slow(&nominal.backoff),
-                ..nominal
-            },
-            Slowed::SessionRefresh => coord::SessionOptions {
-                refresh: Some(nominal.ttl * 2 / 3),
-                ..nominal
-            },
+            Slowed::SessionBackoff => {
+                let value = twice_as_slow(&nominal.backoff);
+                nominal.with_backoff(value)
+            }
+            Slowed::SessionRefresh => {
+                let value = nominal.ttl * 2 / 3;
+                nominal.with_refresh(value)
+            }
             _ => nominal,
         }
     }
@@ -698,12 +691,11 @@ impl Wrap for Slowed {
 
 /// Every delay and cap of `nominal` twice as long.
 fn twice_as_slow(nominal: &coord::BackoffConfig) -> coord::BackoffConfig {
-    coord::BackoffConfig {
-        initial: nominal.initial * 2,
-        cap: nominal.cap * 2,
-        fast_cap: nominal.fast_cap * 2,
-        ..nominal.clone()
-    }
+    nominal
+        .clone()
+        .with_initial(nominal.initial * 2)
+        .with_cap(nominal.cap * 2)
+        .with_fast_cap(nominal.fast_cap * 2)
 }
 
 /// Each path run twice as slow fails a seed within 300, with the heal

@@ -250,7 +250,7 @@ impl EtcdCluster {
             .expect("connect");
         // The client dialled to every endpoint (not the one member coord's
         // handles use at a time).
-        etcd_client::Client::clone(&c)
+        c.etcd()
     }
 
     /// A coord client to every member (`coord::connect`: shared probe,
@@ -311,17 +311,14 @@ impl EtcdCluster {
                 client.map(|c| c.1.as_path()),
             )
             .expect("the harness's certificates load");
-            coord::ConnectOptions {
-                tls: Some(tls),
-                ..coord::ConnectOptions::default()
-            }
+            coord::ConnectOptions::default().with_tls(tls)
         });
         match options {
             None => etcd_client::Client::connect([endpoint], None).await.ok(),
             Some(options) => coord::connect(&[endpoint], options)
                 .await
                 .ok()
-                .map(|c| etcd_client::Client::clone(&c)),
+                .map(|c| c.etcd()),
         }
     }
 

@@ -13,16 +13,11 @@ pub const SOON: Duration = Duration::from_secs(10);
 /// Session options for tests: the TTL given, 1 s request deadline, backoff
 /// capped at 2 s, fixed seed.
 pub fn session_opts(ttl_secs: u64) -> SessionOptions {
-    SessionOptions {
-        ttl: Duration::from_secs(ttl_secs),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(11),
-        ..SessionOptions::default()
-    }
+    SessionOptions::default()
+        .with_ttl(Duration::from_secs(ttl_secs))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(11)
 }
 
 /// One key of a queue as etcd has it.

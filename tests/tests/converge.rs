@@ -19,30 +19,20 @@ use etcd_client::{Client, GetOptions, Txn, TxnOp};
 const P: &str = "/coord/hosts/";
 
 fn watcher_opts() -> WatcherOptions {
-    WatcherOptions {
-        request_timeout: Duration::from_secs(2),
-        probe_interval: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(11),
-        buffer: 1024,
-        ..WatcherOptions::default()
-    }
+    WatcherOptions::default()
+        .with_request_timeout(Duration::from_secs(2))
+        .with_probe_interval(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(11)
+        .with_buffer(1024)
 }
 
 fn liveness_opts() -> LivenessOptions {
-    LivenessOptions {
-        ttl: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(5),
-        ..LivenessOptions::default()
-    }
+    LivenessOptions::default()
+        .with_ttl(Duration::from_secs(5))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(5)
 }
 
 fn meta(id: &str) -> HostMetadata {
@@ -444,16 +434,11 @@ async fn observe_follows_an_election_across_a_wiped_etcd() {
     let via = coord::connect(&etcd.endpoints(), coord::ConnectOptions::default())
         .await
         .unwrap();
-    let opts = coord::SessionOptions {
-        ttl: Duration::from_secs(5),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(3),
-        ..coord::SessionOptions::default()
-    };
+    let opts = coord::SessionOptions::default()
+        .with_ttl(Duration::from_secs(5))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(3);
     // History well past what the wiped etcd will reach.
     let direct = etcd.client().await;
     for i in 0..40 {
@@ -515,21 +500,14 @@ async fn after_a_long_silent_outage_host_and_watcher_are_back_within_seconds_of_
     let host = HostLiveness::register(
         via.clone(),
         meta("h-silent"),
-        LivenessOptions {
-            seed: Some(3),
-            ..LivenessOptions::default()
-        },
+        LivenessOptions::default().with_seed(3),
     )
     .await
     .unwrap();
     let old = host.lease_id().unwrap();
     let mut w: HostWatcher = HostWatcher::new(
         via,
-        WatcherOptions {
-            seed: Some(4),
-            buffer: 1024,
-            ..WatcherOptions::default()
-        },
+        WatcherOptions::default().with_seed(4).with_buffer(1024),
     )
     .await
     .unwrap();

@@ -17,16 +17,11 @@ use etcd_client::{Client, GetOptions};
 /// Options for tests: short TTL, 1 s request deadline, backoff capped at
 /// 2 s so heal bounds are short, fixed seed.
 fn opts(ttl_secs: u64) -> LivenessOptions {
-    LivenessOptions {
-        ttl: Duration::from_secs(ttl_secs),
-        request_timeout: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(7),
-        ..LivenessOptions::default()
-    }
+    LivenessOptions::default()
+        .with_ttl(Duration::from_secs(ttl_secs))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(7)
 }
 
 fn meta(id: &str) -> HostMetadata {

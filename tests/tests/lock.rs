@@ -103,11 +103,7 @@ async fn memory_locks_keep_the_contract_and_an_eviction_is_lost() {
 }
 
 fn flock_locker(dir: &Path, slots: u32) -> Locker {
-    Locker::flock(FlockConfig {
-        dir: dir.to_path_buf(),
-        slots: Slots::new(slots).unwrap(),
-    })
-    .unwrap()
+    Locker::flock(FlockConfig::new(dir).with_slots(Slots::new(slots).unwrap())).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,10 +190,7 @@ async fn a_flock_holder_killed_9_frees_the_lock_at_once() {
 }
 
 fn file_config(dir: &Path) -> FileConfig {
-    FileConfig {
-        stale_after: Duration::from_secs(3),
-        ..FileConfig::new(dir)
-    }
+    FileConfig::new(dir).with_stale_after(Duration::from_secs(3))
 }
 
 fn file_locker(config: FileConfig) -> Locker {
@@ -233,23 +226,14 @@ async fn file_locks_keep_the_contract() {
     let a = file_locker(file_config(dir.path()));
     let b = file_locker(file_config(dir.path()));
     the_contract(&a, &b).await;
-    let two = FileConfig {
-        slots: Slots::new(2).unwrap(),
-        ..file_config(dir.path())
-    };
+    let two = file_config(dir.path()).with_slots(Slots::new(2).unwrap());
     two_slots(&file_locker(two.clone()), &file_locker(two)).await;
     // Bad options: refused.
     for bad in [Duration::from_millis(10), Duration::from_secs(86_401)] {
-        let e = Locker::file(FileConfig {
-            stale_after: bad,
-            ..file_config(dir.path())
-        });
+        let e = Locker::file(file_config(dir.path()).with_stale_after(bad));
         assert!(matches!(e, Err(LockError::BadOptions(_))), "{bad:?}");
     }
-    let e = Locker::file(FileConfig {
-        host: Some("two words".into()),
-        ..file_config(dir.path())
-    });
+    let e = Locker::file(file_config(dir.path()).with_host("two words"));
     assert!(matches!(e, Err(LockError::BadOptions(_))));
 }
 
@@ -310,10 +294,7 @@ async fn racing_holders_get_tokens_in_the_order_they_hold() {
 async fn file_markers_are_judged_by_pid_then_by_age() {
     let dir = tempfile::tempdir().unwrap();
     let here = "this-host".to_string();
-    let config = FileConfig {
-        host: Some(here.clone()),
-        ..file_config(dir.path())
-    };
+    let config = file_config(dir.path()).with_host(here.clone());
     let locker = file_locker(config.clone());
     let fresh = Duration::ZERO;
     let old = Duration::from_secs(60);
@@ -381,19 +362,13 @@ async fn file_markers_are_judged_by_pid_then_by_age() {
         let _ = fs::remove_file(dir.path().join("m.held"));
     }
     // PidOnly never takes over on age; TimeOnly never asks the pid.
-    let pid_only = file_locker(FileConfig {
-        strategy: Strategy::PidOnly,
-        ..config.clone()
-    });
+    let pid_only = file_locker(config.clone().with_strategy(Strategy::PidOnly));
     plant(dir.path(), "m.held", dead_pid(), Some(1), "elsewhere", old);
     assert_eq!(
         pid_only.try_acquire("m").await.err(),
         Some(LockError::Locked)
     );
-    let time_only = file_locker(FileConfig {
-        strategy: Strategy::TimeOnly,
-        ..config.clone()
-    });
+    let time_only = file_locker(config.clone().with_strategy(Strategy::TimeOnly));
     plant(dir.path(), "m.held", dead_pid(), Some(1), &here, fresh);
     assert_eq!(
         time_only.try_acquire("m").await.err(),
@@ -415,10 +390,7 @@ async fn file_markers_are_judged_by_pid_then_by_age() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_marker_is_lost_and_released_as_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FileConfig {
-        stale_after: Duration::from_millis(600),
-        ..file_config(dir.path())
-    };
+    let config = file_config(dir.path()).with_stale_after(Duration::from_millis(600));
     let locker = file_locker(config);
     let mut held = locker.try_acquire("r").await.unwrap();
     assert_eq!(held.extend().await, Ok(()));
@@ -437,11 +409,11 @@ async fn a_removed_marker_is_lost_and_released_as_gone() {
     // A live holder keeps its marker fresh: never judged stale.
     let kept = locker.try_acquire("k").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let elsewhere = file_locker(FileConfig {
-        host: Some("elsewhere".into()),
-        stale_after: Duration::from_millis(600),
-        ..file_config(dir.path())
-    });
+    let elsewhere = file_locker(
+        file_config(dir.path())
+            .with_host("elsewhere")
+            .with_stale_after(Duration::from_millis(600)),
+    );
     assert_eq!(
         elsewhere.try_acquire("k").await.err(),
         Some(LockError::Locked)
@@ -453,11 +425,7 @@ async fn a_removed_marker_is_lost_and_released_as_gone() {
 async fn sweep_removes_dead_markers_and_dead_semaphore_slots() {
     let dir = tempfile::tempdir().unwrap();
     let here = "this-host";
-    let locks = FileLocks::open(FileConfig {
-        host: Some(here.into()),
-        ..file_config(dir.path())
-    })
-    .unwrap();
+    let locks = FileLocks::open(file_config(dir.path()).with_host(here)).unwrap();
     let me = std::process::id();
     plant(
         dir.path(),
@@ -500,10 +468,7 @@ async fn sweep_removes_dead_markers_and_dead_semaphore_slots() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn takers_racing_for_one_dead_marker_leave_one_holder() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FileConfig {
-        host: Some("this-host".into()),
-        ..file_config(dir.path())
-    };
+    let config = file_config(dir.path()).with_host("this-host");
     for round in 0..30 {
         plant(
             dir.path(),
@@ -556,6 +521,23 @@ async fn etcd_locks_keep_the_contract() {
         .unwrap();
     let lost = tokio::time::timeout(DEADLINE, held.lost()).await.unwrap();
     assert!(matches!(lost, LockLost::Etcd(_)), "{lost:?}");
+    // A failure keeps coord's error of it: a closed session is told apart
+    // from an unreachable etcd, and nothing is written.
+    sb.close().await.unwrap();
+    let closed = b.try_acquire("after-close").await.err();
+    assert!(
+        matches!(closed, Some(LockError::Etcd(coord::Error::Closed))),
+        "{closed:?}"
+    );
+    let keys = client
+        .clone()
+        .get(
+            format!("{}after-close", coord::lock::DEFAULT_ETCD_PREFIX),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert!(keys.kvs().is_empty(), "nothing written");
 }
 
 const WORKER: &str = env!("CARGO_BIN_EXE_coord-lock-worker");
@@ -804,11 +786,11 @@ async fn refused_as_unreachable(a: &Locker, backend: &str) {
 }
 
 fn redis_locker(server: &RedisServer, slots: u32) -> Locker {
-    Locker::redis(coord::lock::RedisConfig {
-        slots: Slots::new(slots).unwrap(),
-        ttl: Duration::from_secs(2),
-        ..coord::lock::RedisConfig::new(server.url())
-    })
+    Locker::redis(
+        coord::lock::RedisConfig::new(server.url())
+            .with_slots(Slots::new(slots).unwrap())
+            .with_ttl(Duration::from_secs(2)),
+    )
     .unwrap()
 }
 
@@ -832,10 +814,10 @@ async fn redis_locks_keep_the_contract_and_tokens_survive_a_restart() {
     refused_as_unreachable(&a, "redis").await;
     refused_as_unreachable(&a, "redis").await;
     assert!(matches!(
-        Locker::redis(coord::lock::RedisConfig {
-            ttl: Duration::from_millis(1),
-            ..coord::lock::RedisConfig::new("redis://127.0.0.1:1/")
-        }),
+        Locker::redis(
+            coord::lock::RedisConfig::new("redis://127.0.0.1:1/")
+                .with_ttl(Duration::from_millis(1))
+        ),
         Err(LockError::BadOptions(_))
     ));
 }
@@ -844,11 +826,11 @@ async fn redis_locks_keep_the_contract_and_tokens_survive_a_restart() {
 async fn a_stopped_redis_server_is_refused_and_its_holders_lose_at_the_ttl() {
     init_tracing();
     let server = RedisServer::start().await;
-    let a = Locker::redis(coord::lock::RedisConfig {
-        ttl: Duration::from_secs(2),
-        request_timeout: Duration::from_millis(500),
-        ..coord::lock::RedisConfig::new(server.url())
-    })
+    let a = Locker::redis(
+        coord::lock::RedisConfig::new(server.url())
+            .with_ttl(Duration::from_secs(2))
+            .with_request_timeout(Duration::from_millis(500)),
+    )
     .unwrap();
     let held = a.try_acquire("kept").await.unwrap();
     // A stall: the port accepts, nothing answers.
@@ -876,10 +858,10 @@ async fn a_stopped_redis_server_is_refused_and_its_holders_lose_at_the_ttl() {
     server.resume();
     assert!(a.try_acquire("again").await.is_ok());
     assert!(matches!(
-        Locker::redis(coord::lock::RedisConfig {
-            request_timeout: Duration::from_millis(9),
-            ..coord::lock::RedisConfig::new(server.url())
-        }),
+        Locker::redis(
+            coord::lock::RedisConfig::new(server.url())
+                .with_request_timeout(Duration::from_millis(9))
+        ),
         Err(LockError::BadOptions(_))
     ));
 }
@@ -902,10 +884,9 @@ async fn redis_tokens_keep_growing_through_a_restart_mid_run() {
 }
 
 fn pg_locker(server: &PostgresServer, slots: u32) -> Locker {
-    Locker::postgres(coord::lock::PostgresConfig {
-        slots: Slots::new(slots).unwrap(),
-        ..coord::lock::PostgresConfig::new(server.url())
-    })
+    Locker::postgres(
+        coord::lock::PostgresConfig::new(server.url()).with_slots(Slots::new(slots).unwrap()),
+    )
     .unwrap()
 }
 
@@ -936,10 +917,10 @@ async fn postgres_locks_keep_the_contract_and_tokens_survive_a_restart() {
 async fn a_stopped_postgres_server_is_refused_within_the_request_timeout() {
     init_tracing();
     let server = PostgresServer::start().await;
-    let a = Locker::postgres(coord::lock::PostgresConfig {
-        request_timeout: Duration::from_millis(500),
-        ..coord::lock::PostgresConfig::new(server.url())
-    })
+    let a = Locker::postgres(
+        coord::lock::PostgresConfig::new(server.url())
+            .with_request_timeout(Duration::from_millis(500)),
+    )
     .unwrap();
     // A stall: the port accepts, no session starts.
     server.pause();
@@ -948,10 +929,10 @@ async fn a_stopped_postgres_server_is_refused_within_the_request_timeout() {
     let mut held = a.try_acquire("other").await.unwrap();
     assert_eq!(held.release().await, Ok(Released::Released));
     assert!(matches!(
-        Locker::postgres(coord::lock::PostgresConfig {
-            request_timeout: Duration::from_secs(301),
-            ..coord::lock::PostgresConfig::new(server.url())
-        }),
+        Locker::postgres(
+            coord::lock::PostgresConfig::new(server.url())
+                .with_request_timeout(Duration::from_secs(301))
+        ),
         Err(LockError::BadOptions(_))
     ));
 }
@@ -965,10 +946,9 @@ async fn a_holder_finds_a_stalled_postgres_server_out_and_ends_its_session() {
     init_tracing();
     let server = PostgresServer::start().await;
     let locker = |timeout| {
-        Locker::postgres(coord::lock::PostgresConfig {
-            request_timeout: timeout,
-            ..coord::lock::PostgresConfig::new(server.url())
-        })
+        Locker::postgres(
+            coord::lock::PostgresConfig::new(server.url()).with_request_timeout(timeout),
+        )
         .unwrap()
     };
     let a = locker(Duration::from_secs(1));

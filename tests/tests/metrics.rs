@@ -130,10 +130,7 @@ async fn watcher_lease_election_and_failover_metrics_are_recorded() {
         1
     );
 
-    let options = SessionOptions {
-        ttl: Duration::from_secs(5),
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default().with_ttl(Duration::from_secs(5));
     let first = Election::new(client.clone(), "metered", options.clone())
         .await
         .unwrap();

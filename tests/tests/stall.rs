@@ -30,16 +30,14 @@ async fn a_stalled_watch_consumer_breaks_no_keep_alive_and_then_gets_every_event
     let host = HostLiveness::register(
         shared.clone(),
         HostMetadata::new("stalled-neighbour", "n.example"),
-        LivenessOptions {
-            // Keep-alives every 10 s: between them, pings faster than
-            // etcd's 5 s minimum would draw a GOAWAY (a shorter TTL's
-            // replies would hide that).
-            ttl: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(2),
-            backoff: BackoffConfig::default(),
-            seed: Some(1),
-            ..LivenessOptions::default()
-        },
+        // Keep-alives every 10 s: between them, pings faster than etcd's
+        // 5 s minimum would draw a GOAWAY (a shorter TTL's replies would
+        // hide that).
+        LivenessOptions::default()
+            .with_ttl(Duration::from_secs(30))
+            .with_request_timeout(Duration::from_secs(2))
+            .with_backoff(BackoffConfig::default())
+            .with_seed(1),
     )
     .await
     .unwrap();
@@ -47,11 +45,9 @@ async fn a_stalled_watch_consumer_breaks_no_keep_alive_and_then_gets_every_event
     let mut news = host.subscribe();
     let mut w: HostWatcher = HostWatcher::new(
         shared.clone(),
-        WatcherOptions {
-            exclude_host: Some("stalled-neighbour".into()),
-            seed: Some(2),
-            ..WatcherOptions::default()
-        },
+        WatcherOptions::default()
+            .with_exclude_host("stalled-neighbour")
+            .with_seed(2),
     )
     .await
     .unwrap();

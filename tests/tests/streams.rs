@@ -22,13 +22,11 @@ async fn watched_through_stream_combinators(driving: Driving) {
     let c = etcd.client().await;
     let mut w: HostWatcher = HostWatcher::new(
         c.clone(),
-        WatcherOptions {
-            // Far fewer than the changes below: the stream is read while
-            // the watcher holds etcd back.
-            buffer: 4,
-            driving,
-            ..WatcherOptions::default()
-        },
+        // A buffer far smaller than the changes below: the stream is read
+        // while the watcher holds etcd back.
+        WatcherOptions::default()
+            .with_buffer(4)
+            .with_driving(driving),
     )
     .await
     .unwrap();

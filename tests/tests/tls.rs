@@ -20,10 +20,7 @@ fn options(ca: &std::path::Path, client: Option<&Pair>) -> ConnectOptions {
         client.map(|p| p.key.as_path()),
     )
     .expect("the test's certificates load");
-    ConnectOptions {
-        tls: Some(tls),
-        ..ConnectOptions::default()
-    }
+    ConnectOptions::default().with_tls(tls)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -56,18 +53,15 @@ async fn tls_with_client_certificates_registers_and_refuses_what_etcd_does_not_t
 
     // Without verification a wrong CA goes (the client certificate is
     // still presented), as with `etcdctl --insecure-skip-tls-verify`.
-    let unverified = ConnectOptions {
-        tls: Some(
-            TlsOptions::from_files(
-                Some(&certs.foreign_ca),
-                Some(&certs.client.cert),
-                Some(&certs.client.key),
-            )
-            .unwrap()
-            .with_insecure_skip_verify(),
-        ),
-        ..ConnectOptions::default()
-    };
+    let unverified = ConnectOptions::default().with_tls(
+        TlsOptions::from_files(
+            Some(&certs.foreign_ca),
+            Some(&certs.client.cert),
+            Some(&certs.client.key),
+        )
+        .unwrap()
+        .with_insecure_skip_verify(),
+    );
     let client = coord::connect(&eps, unverified).await.unwrap();
     client.check(DEADLINE).await.unwrap();
     let host = HostLiveness::register(
@@ -99,10 +93,7 @@ async fn a_wrong_password_is_an_auth_error_and_the_right_one_works() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
     etcd.enable_auth("s3cret").await;
-    let with = |password: &str| ConnectOptions {
-        user: Some(("root".into(), password.into())),
-        ..ConnectOptions::default()
-    };
+    let with = |password: &str| ConnectOptions::default().with_user("root", password);
     let wrong = coord::connect(&eps, with("wrong")).await;
     assert!(matches!(wrong, Err(Error::Auth(_))), "{wrong:?}");
     assert!(

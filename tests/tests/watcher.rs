@@ -17,16 +17,11 @@ use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
 const P: &str = "/coord/hosts/";
 
 fn opts() -> WatcherOptions {
-    WatcherOptions {
-        request_timeout: Duration::from_secs(1),
-        probe_interval: Duration::from_secs(1),
-        backoff: BackoffConfig {
-            cap: Duration::from_secs(2),
-            ..BackoffConfig::default()
-        },
-        seed: Some(3),
-        ..WatcherOptions::default()
-    }
+    WatcherOptions::default()
+        .with_request_timeout(Duration::from_secs(1))
+        .with_probe_interval(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(3)
 }
 
 fn meta(id: &str) -> HostMetadata {
@@ -116,11 +111,7 @@ async fn snapshot_then_live_changes(driving: Driving) {
     put_host(&c, "me", None).await;
     let mut w: HostWatcher = HostWatcher::new(
         c.clone(),
-        WatcherOptions {
-            exclude_host: Some("me".into()),
-            driving,
-            ..opts()
-        },
+        opts().with_exclude_host("me").with_driving(driving),
     )
     .await
     .expect("watcher");
@@ -138,10 +129,7 @@ async fn snapshot_then_live_changes(driving: Driving) {
     assert_eq!(ups, vec!["a", "b"], "snapshot as Up, excluding this host");
 
     // A host registering through coord: Up.
-    let opts_l = LivenessOptions {
-        ttl: Duration::from_secs(10),
-        ..LivenessOptions::default()
-    };
+    let opts_l = LivenessOptions::default().with_ttl(Duration::from_secs(10));
     let c_host = HostLiveness::register(c.clone(), meta("c"), opts_l)
         .await
         .unwrap();
@@ -445,7 +433,7 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
     .await
     .unwrap();
     for driving in [Driving::Background, Driving::OwnTask, Driving::InNext] {
-        let err = HostWatcher::<HostMetadata>::new(c.clone(), WatcherOptions { driving, ..opts() })
+        let err = HostWatcher::<HostMetadata>::new(c.clone(), opts().with_driving(driving))
             .await
             .unwrap_err();
         assert!(matches!(err, Error::Unreachable(_)), "{driving:?}: {err:?}");
@@ -476,16 +464,10 @@ async fn watcher_on_fresh_etcd(
     init_tracing();
     let etcd = EtcdCluster::single().await;
     let c = etcd.client().await;
-    let w: HostWatcher = HostWatcher::new(
-        c.clone(),
-        WatcherOptions {
-            buffer,
-            driving,
-            ..opts()
-        },
-    )
-    .await
-    .unwrap();
+    let w: HostWatcher =
+        HostWatcher::new(c.clone(), opts().with_buffer(buffer).with_driving(driving))
+            .await
+            .unwrap();
     (etcd, c, w)
 }
 

@@ -16,11 +16,9 @@ use crate::supervise::{run_while_held, Ended, HoldInfo};
 /// The session options of a hold, checked as the library checks them (a
 /// TTL or timeout out of range is bad input, before anything is dialled).
 pub fn session_options(global: &Global, hold: &Hold) -> Result<SessionOptions, Failure> {
-    let options = SessionOptions {
-        ttl: Duration::from_secs(hold.ttl),
-        request_timeout: global.command_timeout,
-        ..SessionOptions::default()
-    };
+    let options = SessionOptions::default()
+        .with_ttl(Duration::from_secs(hold.ttl))
+        .with_request_timeout(global.command_timeout);
     options.validate()?;
     Ok(options)
 }
@@ -184,7 +182,10 @@ async fn first_observation(observe: &mut Observe, within: Duration) -> Result<Ob
     match tokio::time::timeout(within, observe.next()).await {
         Ok(Some(observed)) => Ok(observed),
         Ok(None) => Err(Error::TaskGone.into()),
-        Err(_) => Err(Error::Unreachable(format!("no leader read within {within:?}")).into()),
+        Err(_) => Err(Error::Unreachable(coord::Cause::msg(format!(
+            "no leader read within {within:?}"
+        )))
+        .into()),
     }
 }
 

@@ -76,6 +76,7 @@ fn lock_code(e: &coord::lock::LockError) -> u8 {
         L::Locked | L::Timeout => HELD,
         L::Lost(_) => LOST,
         L::BadName(_) | L::BadOptions(_) | L::NoTtl(_) => USAGE,
+        L::Etcd(e) => coord_code(e),
         // A backend failure, or an outcome newer than this match.
         _ => UNREACHABLE,
     }
@@ -97,6 +98,7 @@ fn coord_code(e: &Error) -> u8 {
         Error::Unreachable(_)
         | Error::Registration(_)
         | Error::RevokeNotConfirmed { .. }
+        | Error::ResignNotConfirmed { .. }
         | Error::Connect(_)
         | Error::Tls(_)
         | Error::Auth(_)
@@ -125,10 +127,16 @@ mod tests {
             LOST
         );
         assert_eq!(
-            Failure::Coord(Error::Unreachable("refused".into())).code(),
+            Failure::Coord(Error::Unreachable(coord::Cause::msg("refused"))).code(),
             UNREACHABLE
         );
-        assert_eq!(Failure::Coord(Error::Auth("no".into())).code(), UNREACHABLE);
+        assert_eq!(
+            Failure::Coord(Error::Auth(coord::Cause::msg("no"))).code(),
+            UNREACHABLE
+        );
+        // A resign etcd did not confirm is a failure to reach it, not "held".
+        let unconfirmed = Error::ResignNotConfirmed { key: "n/1".into() };
+        assert_eq!(Failure::Coord(unconfirmed).code(), UNREACHABLE);
         assert_eq!(Failure::Usage("x".into()).code(), USAGE);
         let missing = std::io::Error::from(std::io::ErrorKind::NotFound);
         assert_eq!(

@@ -23,11 +23,9 @@ pub async fn run(
     printer: Printer,
 ) -> Result<(), Failure> {
     let client = setup::connect(global).await?;
-    let options = WatcherOptions {
-        prefix: global.prefix.clone(),
-        request_timeout: global.command_timeout,
-        ..WatcherOptions::default()
-    };
+    let options = WatcherOptions::default()
+        .with_prefix(global.prefix.clone())
+        .with_request_timeout(global.command_timeout);
     let mut watcher = tokio::select! {
         w = HostWatcher::<HostMetadata>::new(client, options) => w?,
         _ = signals.next() => return Ok(()),

@@ -98,21 +98,18 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
         })
     };
     let locker = match args.backend {
-        LockBackend::Flock => Locker::flock(FlockConfig { dir: dir()?, slots })?,
-        LockBackend::File => Locker::file(FileConfig {
-            slots,
-            stale_after: args.stale_after,
-            ..FileConfig::new(dir()?)
-        })?,
-        LockBackend::Redis => Locker::redis(RedisConfig {
-            slots,
-            ttl: std::time::Duration::from_secs(args.hold.ttl),
-            ..RedisConfig::new(url()?)
-        })?,
-        LockBackend::Postgres => Locker::postgres(PostgresConfig {
-            slots,
-            ..PostgresConfig::new(url()?)
-        })?,
+        LockBackend::Flock => Locker::flock(FlockConfig::new(dir()?).with_slots(slots))?,
+        LockBackend::File => Locker::file(
+            FileConfig::new(dir()?)
+                .with_slots(slots)
+                .with_stale_after(args.stale_after),
+        )?,
+        LockBackend::Redis => Locker::redis(
+            RedisConfig::new(url()?)
+                .with_slots(slots)
+                .with_ttl(std::time::Duration::from_secs(args.hold.ttl)),
+        )?,
+        LockBackend::Postgres => Locker::postgres(PostgresConfig::new(url()?).with_slots(slots))?,
         LockBackend::Etcd => return Err(Failure::Usage("etcd is not this path".into())),
     };
     printer.event(&Record::new("waiting").with("name", args.name.as_str()));

@@ -34,12 +34,10 @@ pub async fn run(
         version: args.agent_version.clone(),
         ..HostMetadata::new(args.id.clone(), hostname)
     };
-    let options = LivenessOptions {
-        prefix: global.prefix.clone(),
-        ttl: Duration::from_secs(args.ttl),
-        request_timeout: global.command_timeout,
-        ..LivenessOptions::default()
-    };
+    let options = LivenessOptions::default()
+        .with_prefix(global.prefix.clone())
+        .with_ttl(Duration::from_secs(args.ttl))
+        .with_request_timeout(global.command_timeout);
     options.validate()?;
     let client = setup::connect(global).await?;
     // Not raced against the signals: a registration dropped half-way

@@ -39,12 +39,14 @@ pub fn connect_options(global: &Global) -> Result<ConnectOptions, Failure> {
         None => None,
         Some(spec) => Some(credentials(spec, global.password.as_deref())?),
     };
-    Ok(ConnectOptions {
-        connect_timeout: global.dial_timeout,
-        user,
-        tls,
-        ..ConnectOptions::default()
-    })
+    let mut options = ConnectOptions::default().with_connect_timeout(global.dial_timeout);
+    if let Some((name, password)) = user {
+        options = options.with_user(name, password);
+    }
+    if let Some(tls) = tls {
+        options = options.with_tls(tls);
+    }
+    Ok(options)
 }
 
 /// `name[:password]`, the password otherwise from `--password` or the
@@ -80,7 +82,10 @@ pub async fn connect(global: &Global) -> Result<coord::Client, Failure> {
     let client = match tokio::time::timeout(dial, coord::connect(&endpoints, options)).await {
         Ok(client) => client?,
         Err(_) => {
-            return Err(Error::Unreachable(format!("no answer within {dial:?}")).into());
+            return Err(Error::Unreachable(coord::Cause::msg(format!(
+                "no answer within {dial:?}"
+            )))
+            .into());
         }
     };
     client.check(dial).await?;

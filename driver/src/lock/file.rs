@@ -43,6 +43,7 @@ const STALE_RANGE: (Duration, Duration) = (Duration::from_millis(300), Duration:
 
 /// Where and how file locks are kept and judged.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FileConfig {
     /// The directory of the markers (which must exist).
     pub dir: PathBuf,
@@ -56,6 +57,37 @@ pub struct FileConfig {
     /// The host name markers record and are compared with. Default: this
     /// machine's.
     pub host: Option<String>,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `FileConfig::default()`
+/// (or its constructor) and set what differs.
+impl FileConfig {
+    /// These options with [`dir`](Self::dir) set.
+    pub fn with_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = dir.into();
+        self
+    }
+    /// These options with [`slots`](Self::slots) set.
+    pub fn with_slots(mut self, slots: Slots) -> Self {
+        self.slots = slots;
+        self
+    }
+    /// These options with [`strategy`](Self::strategy) set.
+    pub fn with_strategy(mut self, strategy: Strategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+    /// These options with [`stale_after`](Self::stale_after) set.
+    pub fn with_stale_after(mut self, stale_after: Duration) -> Self {
+        self.stale_after = stale_after;
+        self
+    }
+    /// These options with [`host`](Self::host) set.
+    pub fn with_host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
 }
 
 impl FileConfig {
@@ -209,7 +241,7 @@ impl FileLocks {
         };
         let text = marker.encode().map_err(|e| LockError::Backend {
             backend: "file",
-            message: e.to_string(),
+            cause: crate::Cause::new(e),
         })?;
         // Written aside (a name no lock has: it starts with '.'), then
         // linked into place: the link fails if the marker exists.

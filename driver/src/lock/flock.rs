@@ -25,11 +25,28 @@ use super::{Hold, Holder, LockError};
 /// Where and how: the directory (which must exist) and the slots per
 /// name.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FlockConfig {
     /// The directory of the lock files.
     pub dir: PathBuf,
     /// Holders per name at once (1: a mutex).
     pub slots: Slots,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `FlockConfig::default()`
+/// (or its constructor) and set what differs.
+impl FlockConfig {
+    /// These options with [`dir`](Self::dir) set.
+    pub fn with_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = dir.into();
+        self
+    }
+    /// These options with [`slots`](Self::slots) set.
+    pub fn with_slots(mut self, slots: Slots) -> Self {
+        self.slots = slots;
+        self
+    }
 }
 
 impl FlockConfig {
@@ -57,7 +74,7 @@ pub(super) fn io_error(
 ) -> LockError {
     LockError::Backend {
         backend,
-        message: format!("{what} {}: {e}", path.display()),
+        cause: crate::Cause::described(format!("{what} {}: {e}", path.display()), e),
     }
 }
 
@@ -131,16 +148,16 @@ pub(super) fn bump_token(
     } else {
         text.parse().map_err(|_| LockError::Backend {
             backend,
-            message: format!(
+            cause: crate::Cause::msg(format!(
                 "token file {} is corrupt ({:?}): tokens cannot be trusted to grow; remove it only if no fenced resource has seen a token",
                 path.display(),
                 text.chars().take(40).collect::<String>()
-            ),
+            )),
         })?
     };
     let next = last.checked_add(1).ok_or_else(|| LockError::Backend {
         backend,
-        message: format!("token file {} is at its maximum", path.display()),
+        cause: crate::Cause::msg(format!("token file {} is at its maximum", path.display())),
     })?;
     let line = format!("{next:0TOKEN_WIDTH$}\n");
     file.write_all_at(line.as_bytes(), 0)

@@ -68,15 +68,22 @@ pub enum LockError {
     /// The backend has no TTL to extend.
     #[error("the {0} backend has no TTL to extend")]
     NoTtl(&'static str),
-    /// The backend failed (I/O, etcd, a corrupt token file): the state of
-    /// the lock is as before the call.
-    #[error("{backend} backend: {message}")]
+    /// The backend failed (I/O, a server that does not answer, a corrupt
+    /// token file): the state of the lock is as before the call.
+    #[error("{backend} backend: {cause}")]
     Backend {
         /// Which backend.
         backend: &'static str,
-        /// What failed.
-        message: String,
+        /// What failed, with the backend's own error underneath.
+        #[source]
+        cause: crate::Cause,
     },
+    /// The etcd backend failed, with coord's error of what etcd did (so a
+    /// caller tells an unreachable etcd, `Error::Unreachable`, from a
+    /// refused request or a lost session): the state of the lock is as
+    /// before the call.
+    #[error("etcd backend: {0}")]
+    Etcd(#[source] crate::Error),
 }
 
 /// Why a hold ended without its holder releasing it.
@@ -278,7 +285,7 @@ fn check_request_timeout(backend: &str, timeout: Duration) -> Result<(), LockErr
 fn no_answer(backend: &'static str, within: Duration) -> LockError {
     LockError::Backend {
         backend,
-        message: format!("no answer within {within:?}"),
+        cause: crate::Cause::msg(format!("no answer within {within:?}")),
     }
 }
 
@@ -306,10 +313,7 @@ fn etcd_error(e: crate::Error) -> LockError {
     match e {
         crate::Error::Locked => LockError::Locked,
         crate::Error::Timeout => LockError::Timeout,
-        e => LockError::Backend {
-            backend: "etcd",
-            message: e.to_string(),
-        },
+        e => LockError::Etcd(e),
     }
 }
 

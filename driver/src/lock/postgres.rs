@@ -35,6 +35,7 @@ use super::{Hold, Holder, LockError, LockLost};
 
 /// Where and how: the server and the slots.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PostgresConfig {
     /// The connection string (`postgres://user@host:port/db` or
     /// `host=... user=...`).
@@ -49,6 +50,27 @@ pub struct PostgresConfig {
     /// the hold's connection (see the module docs). Default 5 s; 10 ms to
     /// 5 min.
     pub request_timeout: Duration,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `PostgresConfig::default()`
+/// (or its constructor) and set what differs.
+impl PostgresConfig {
+    /// These options with [`url`](Self::url) set.
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+    /// These options with [`slots`](Self::slots) set.
+    pub fn with_slots(mut self, slots: Slots) -> Self {
+        self.slots = slots;
+        self
+    }
+    /// These options with [`request_timeout`](Self::request_timeout) set.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
 }
 
 impl PostgresConfig {
@@ -70,10 +92,10 @@ pub struct PostgresLocks {
     request_timeout: Duration,
 }
 
-fn backend(e: impl std::fmt::Display) -> LockError {
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> LockError {
     LockError::Backend {
         backend: "postgres",
-        message: e.to_string(),
+        cause: crate::Cause::new(e),
     }
 }
 

@@ -24,6 +24,7 @@ use super::{Hold, Holder, LockError, LockLost};
 
 /// Where and how: the server, the slots, the TTL and the key prefix.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// The server (`redis://host:port/db`).
     pub url: String,
@@ -38,6 +39,37 @@ pub struct RedisConfig {
     /// included) before it fails with [`LockError::Backend`]; an extension
     /// waits a third of the TTL at most. Default 2 s; 10 ms to 5 min.
     pub request_timeout: Duration,
+}
+
+/// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
+/// new option is not a breaking change; start from `RedisConfig::default()`
+/// (or its constructor) and set what differs.
+impl RedisConfig {
+    /// These options with [`url`](Self::url) set.
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+    /// These options with [`slots`](Self::slots) set.
+    pub fn with_slots(mut self, slots: Slots) -> Self {
+        self.slots = slots;
+        self
+    }
+    /// These options with [`ttl`](Self::ttl) set.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// These options with [`prefix`](Self::prefix) set.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// These options with [`request_timeout`](Self::request_timeout) set.
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
 }
 
 impl RedisConfig {
@@ -94,10 +126,10 @@ end
 return 0
 ";
 
-fn backend(e: impl std::fmt::Display) -> LockError {
+fn backend(e: impl std::error::Error + Send + Sync + 'static) -> LockError {
     LockError::Backend {
         backend: "redis",
-        message: e.to_string(),
+        cause: crate::Cause::new(e),
     }
 }
 

@@ -46,10 +46,7 @@ fn fail(e: coord::Error) -> ! {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let session = |t: &str| coord::SessionOptions {
-        ttl: ttl(t),
-        ..Default::default()
-    };
+    let session = |t: &str| coord::SessionOptions::default().with_ttl(ttl(t));
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["elect", endpoint, name, value, t] => {
             let election = coord::Election::new(client(endpoint).await, name, session(t))
@@ -78,10 +75,7 @@ async fn main() {
             println!("unlocked");
         }
         [endpoint, host, t] => {
-            let opts = coord::LivenessOptions {
-                ttl: ttl(t),
-                ..Default::default()
-            };
+            let opts = coord::LivenessOptions::default().with_ttl(ttl(t));
             let meta = coord::HostMetadata::new(host, "agent");
             let host = coord::HostLiveness::register(client(endpoint).await, meta, opts)
                 .await

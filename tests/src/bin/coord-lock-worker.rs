@@ -48,20 +48,16 @@ async fn locker(backend: &str, place: &str) -> Locker {
             let client = coord::connect(&[place], coord::ConnectOptions::default())
                 .await
                 .unwrap_or_else(|e| fail("connect", e));
-            let opts = coord::SessionOptions {
-                ttl: Duration::from_secs(5),
-                ..coord::SessionOptions::default()
-            };
+            let opts = coord::SessionOptions::default().with_ttl(Duration::from_secs(5));
             let session = coord::Session::new(client, opts)
                 .await
                 .unwrap_or_else(|e| fail("session", e));
             Locker::etcd(&session, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE)
         }
-        "redis" => Locker::redis(coord::lock::RedisConfig {
-            ttl: Duration::from_secs(2),
-            ..coord::lock::RedisConfig::new(place)
-        })
-        .unwrap_or_else(|e| fail("redis", e)),
+        "redis" => {
+            Locker::redis(coord::lock::RedisConfig::new(place).with_ttl(Duration::from_secs(2)))
+                .unwrap_or_else(|e| fail("redis", e))
+        }
         "postgres" => Locker::postgres(coord::lock::PostgresConfig::new(place))
             .unwrap_or_else(|e| fail("postgres", e)),
         _ => usage(),

@@ -50,15 +50,10 @@ impl Downs {
 pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Comparison> {
     let client = etcd.coord_client().await;
     let downs = Arc::new(Downs::default());
-    let mut watcher = HostWatcher::<HostMetadata>::new(
-        client,
-        WatcherOptions {
-            prefix: PREFIX.into(),
-            ..WatcherOptions::default()
-        },
-    )
-    .await
-    .expect("start the host watcher");
+    let mut watcher =
+        HostWatcher::<HostMetadata>::new(client, WatcherOptions::default().with_prefix(PREFIX))
+            .await
+            .expect("start the host watcher");
     let d = Arc::clone(&downs);
     let watching = tokio::spawn(async move {
         while let Some(e) = watcher.next().await {

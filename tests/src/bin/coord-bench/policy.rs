@@ -45,14 +45,12 @@ impl Policy {
             // go-coord counts no fleet.
             Policy::Plain => (BackoffConfig::plain(), OnLoss::Replace, None),
         };
-        LivenessOptions {
-            prefix: prefix.into(),
-            ttl,
-            backoff,
-            on_loss,
-            fleet_spacing,
-            seed: Some(seed),
-            ..LivenessOptions::default()
-        }
+        LivenessOptions::default()
+            .with_prefix(prefix)
+            .with_ttl(ttl)
+            .with_backoff(backoff)
+            .with_on_loss(on_loss)
+            .with_fleet_spacing(fleet_spacing)
+            .with_seed(seed)
     }
 }

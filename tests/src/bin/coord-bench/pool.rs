@@ -70,10 +70,7 @@ async fn measure(etcd: &EtcdCluster, s: &Settings, prefix: &str, suffix: &str) -
 }
 
 fn opts() -> SessionOptions {
-    SessionOptions {
-        ttl: Duration::from_secs(10),
-        ..SessionOptions::default()
-    }
+    SessionOptions::default().with_ttl(Duration::from_secs(10))
 }
 
 /// Runs the benchmark with `s.names` names.

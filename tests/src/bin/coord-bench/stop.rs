@@ -21,10 +21,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
     let client = etcd.coord_client().await;
     let mut watcher = HostWatcher::<HostMetadata>::new(
         client.clone(),
-        WatcherOptions {
-            prefix: PREFIX.into(),
-            ..WatcherOptions::default()
-        },
+        WatcherOptions::default().with_prefix(PREFIX),
     )
     .await
     .expect("start the host watcher");
@@ -34,11 +31,9 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
         let host = HostLiveness::register(
             client.clone(),
             HostMetadata::new(&id, "bench"),
-            LivenessOptions {
-                prefix: PREFIX.into(),
-                ttl: Duration::from_secs(10),
-                ..LivenessOptions::default()
-            },
+            LivenessOptions::default()
+                .with_prefix(PREFIX)
+                .with_ttl(Duration::from_secs(10)),
         )
         .await
         .expect("register");

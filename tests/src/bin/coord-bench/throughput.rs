@@ -184,12 +184,10 @@ async fn coord_consumer(
 ) -> Option<Measured> {
     let mut watcher = HostWatcher::<HostMetadata>::new(
         etcd.coord_client().await,
-        WatcherOptions {
-            prefix: prefix.into(),
-            buffer: 65_536,
-            driving,
-            ..WatcherOptions::default()
-        },
+        WatcherOptions::default()
+            .with_prefix(prefix)
+            .with_buffer(65_536)
+            .with_driving(driving),
     )
     .await
     .ok()?;
