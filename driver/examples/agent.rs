@@ -39,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         leader = election.campaign(id.clone()) => Some(leader?),
     };
     if let Some(leader) = &leader {
-        println!("leading scheduler with fencing token {}", leader.fence().0);
+        println!("leading scheduler with fencing token {}", leader.token().0);
     }
 
     loop {

@@ -16,7 +16,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = coord::connect(&endpoints(), ConnectOptions::default()).await?;
     let election = Election::new(client.clone(), "jobs-leader", Default::default()).await?;
     let leader = election.campaign("writer-1").await?;
-    let token = leader.fence().0;
+    let token = leader.token().0;
     println!("leading {} with fencing token {token}", election.name());
 
     // Guarded by the leadership, plus a compare of our own: the first

@@ -20,17 +20,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "holding {} with fencing token {}",
         guard.key(),
-        guard.fence().0
+        guard.token().0
     );
     // Applied by etcd only while this guard still holds the lock.
     let put =
-        coord::Txn::new().and_then([TxnOp::put("/migrations/last", guard.fence().0.to_string())]);
+        coord::Txn::new().and_then([TxnOp::put("/migrations/last", guard.token().0.to_string())]);
     guard.txn(put).await?;
     guard.unlock().await?;
 
     match lock.try_lock().await {
         Ok(guard) => {
-            println!("free again: taken with token {}", guard.fence().0);
+            println!("free again: taken with token {}", guard.token().0);
             guard.unlock().await?;
         }
         Err(coord::Error::Locked) => println!("held by someone else; nothing was left behind"),

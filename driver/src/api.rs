@@ -1,6 +1,18 @@
 //! The `EtcdApi` trait: the few etcd operations coord's driver needs, in the
-//! driver's own types. The real implementation wraps `etcd-client`; the
+//! driver's own types. The real implementation wraps `etcd-client`
+//! ([`Client`](crate::Client), and `etcd_client::Client` itself); coord's
 //! simulator implements it over a model of etcd.
+//!
+//! # An extension point
+//!
+//! Every handle takes any `EtcdApi`, so a wrapper of your own can inject
+//! faults (delay, drop or fail requests, cut streams), record what coord
+//! asks, or carry coord over another transport. Implementations must keep
+//! the contracts written on each method: one answer per request, streams
+//! that end (rather than hang) when their server is gone, and no panic on
+//! anything the server sends. Methods added in later versions come with a
+//! default implementation, so implementing the trait is not broken by a
+//! minor release.
 
 use std::future::Future;
 
@@ -60,7 +72,7 @@ pub enum EtcdError {
 
 impl EtcdError {
     /// The core's view of a unary request that failed this way.
-    pub fn into_outcome<T>(self) -> Outcome<T> {
+    pub(crate) fn into_outcome<T>(self) -> Outcome<T> {
         match self {
             EtcdError::Indeterminate(_) | EtcdError::Reset(_) => Outcome::Unknown,
             other => Outcome::Err(other.into_failure()),
@@ -68,7 +80,7 @@ impl EtcdError {
     }
 
     /// The core's view of a stream that broke this way.
-    pub fn into_failure(self) -> Failure {
+    pub(crate) fn into_failure(self) -> Failure {
         match self {
             EtcdError::Unavailable(m) => Failure::Unavailable(m),
             EtcdError::Refused(m) => Failure::Refused(m),
@@ -84,16 +96,19 @@ impl EtcdError {
 }
 
 /// Maps a unary result onto the core's outcome.
-pub fn outcome<T>(r: Result<T, EtcdError>) -> Outcome<T> {
+pub(crate) fn outcome<T>(r: Result<T, EtcdError>) -> Outcome<T> {
     match r {
         Ok(v) => Outcome::Ok(v),
         Err(e) => e.into_outcome(),
     }
 }
 
-/// The etcd operations coord needs. Implementations must be cheap to clone
-/// (each request runs on its own task with its own clone) and must never
-/// panic on anything the server sends.
+/// The etcd operations coord needs (see the [module docs](self) for
+/// implementing it). Implementations must be cheap to clone (each request
+/// runs on its own task with its own clone) and must never panic on
+/// anything the server sends. The provided `probe_hub`, `for_probe` and
+/// `silent` let clients share one prober and re-dial a silent member; a
+/// wrapper delegates them to the client it wraps.
 pub trait EtcdApi: Clone + Send + Sync + 'static {
     /// Sends keep-alives on an open keep-alive stream.
     type Keeper: KeepAliveSender;

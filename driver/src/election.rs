@@ -22,7 +22,7 @@
 //!   deletes its key.
 //! - `try_campaign` is one round trip: it creates the key only if nobody is
 //!   queued at all (a range compare over the name), so a loser leaves no key.
-//! - A `Leadership` has `fence()`; `is_leader()`, which checks the lease's
+//! - A `Leadership` has `token()` (the fencing token); `is_leader()`, which checks the lease's
 //!   proven deadline (send time of the last acknowledged keep-alive plus its
 //!   TTL) against the clock at call time, so it is right even after a long GC
 //!   pause; `lost()`, which completes when the key is deleted by anyone, the
@@ -327,7 +327,17 @@ pub type MutexGuard = Leadership;
 
 impl Leadership {
     /// The fencing token: the key's create revision, strictly increasing
-    /// across successive leaders (lock holders) of the name.
+    /// across successive leaders (lock holders) of the name. The same name
+    /// as the lock family's [`Holder::token`](crate::lock::Holder::token).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The fencing token; see [`token`](Self::token).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `token()`, as on the lock family's `Holder`"
+    )]
     pub fn fence(&self) -> FencingToken {
         self.token
     }
@@ -351,7 +361,7 @@ impl Leadership {
     }
 
     /// A cloneable view of this leadership for other tasks: `is_leader()`,
-    /// `fence()` and `lost()`, without the power to resign.
+    /// `token()` and `lost()`, without the power to resign.
     pub fn probe(&self) -> LeaderProbe {
         LeaderProbe {
             session: self.session.clone(),
@@ -481,7 +491,16 @@ impl LeaderProbe {
         believes(&self.session, &self.phase, self.lease)
     }
 
-    /// As [`Leadership::fence`].
+    /// As [`Leadership::token`].
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The fencing token; see [`token`](Self::token).
+    #[deprecated(
+        since = "0.2.0",
+        note = "renamed `token()`, as on the lock family's `Holder`"
+    )]
     pub fn fence(&self) -> FencingToken {
         self.token
     }

@@ -24,7 +24,7 @@
 //!
 //! let election = coord::Election::new(client, "scheduler", Default::default()).await?;
 //! let leader = election.campaign("node-7").await?;
-//! println!("leading with fencing token {:?}", leader.fence());
+//! println!("leading with fencing token {:?}", leader.token());
 //! leader.resign().await?;
 //! election.close().await?;
 //! host.stop().await

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::session::{Session, SessionOptions};
 
 /// A lock under one name. Holders queue by create revision; the first
-/// holds it. Holding it means holding its [`MutexGuard`]: `fence()` for
+/// holds it. Holding it means holding its [`MutexGuard`]: `token()` for
 /// fencing writes, `lost()` for losing it, `txn()` for writes etcd applies
 /// only while it is held, `unlock()`. Dropping a guard unlocks in the
 /// background.

@@ -405,7 +405,7 @@ impl Loop {
     /// `Leadership` calls; the probe is for the samples taken from outside.
     async fn hold(&mut self, leadership: Leadership) -> End {
         let probe = leadership.probe();
-        let token = leadership.fence();
+        let token = leadership.token();
         let key = leadership.key();
         if let Some(slot) = fleet(&self.w.fleet).contenders.get_mut(self.c) {
             slot.probes.insert(self.name.clone(), probe.clone());
@@ -514,7 +514,7 @@ pub(crate) fn sample(w: &World, st: &EtcdState) -> Vec<ContenderSample> {
                     .filter(|(_, p)| p.is_leader())
                     .map(|(name, p)| {
                         let present = st.model.get(p.key().as_bytes()).is_some();
-                        (name.clone(), p.key().to_string(), p.fence().0, present)
+                        (name.clone(), p.key().to_string(), p.token().0, present)
                     })
                     .collect(),
             };

@@ -26,7 +26,7 @@ fn a_pool_counts_its_names_serves_observers_and_answers_every_request() {
         let stats = pool.stats();
         let mut observe = a.observe();
         let first = observe.next().await;
-        let token = leading.fence();
+        let token = leading.token();
         // Two proclaims at once: each is answered.
         let (one, two) = tokio::join!(leading.proclaim("x"), leading.proclaim("y"));
         Ok((stats, first, token, one, two))

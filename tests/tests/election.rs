@@ -46,11 +46,11 @@ async fn two_candidates_one_leads_the_other_waits_and_resign_hands_over() {
     let current = a.leader().await.unwrap().expect("a leader");
     assert_eq!(current.key.to_string(), key_a);
     assert_eq!(current.value, b"a");
-    let fence_a = leader.fence();
+    let fence_a = leader.token();
     leader.resign().await.unwrap();
     let (b, second) = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap();
     let second = second.unwrap();
-    assert!(second.fence() > fence_a, "fences strictly increase");
+    assert!(second.token() > fence_a, "fences strictly increase");
     assert_eq!(queue(&client, "/coord/elections/e1/").await.len(), 1);
     second.resign().await.unwrap();
     assert!(queue(&client, "/coord/elections/e1/").await.is_empty());
@@ -98,7 +98,7 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
     assert!(b.try_campaign("b").await.unwrap().is_none(), "c leads now");
     assert_eq!(
         queue(&client, "e-try/").await[0].create_revision,
-        lead_c.fence().0
+        lead_c.token().0
     );
     lead_c.resign().await.unwrap();
     c.close().await.unwrap();
@@ -169,7 +169,7 @@ async fn observe_sees_every_transition_including_no_leader() {
     let la = a.campaign("a").await.unwrap();
     let seen = next(&mut observe, last).await.expect("a leads");
     assert_eq!(seen.value, b"a");
-    assert_eq!(seen.token, la.fence());
+    assert_eq!(seen.token, la.token());
     la.proclaim("a2").await.unwrap();
     assert_eq!(next(&mut observe, last).await.expect("a").value, b"a2");
     let waiting = tokio::spawn(async move { b.campaign("b").await });
@@ -185,7 +185,7 @@ async fn observe_sees_every_transition_including_no_leader() {
         .unwrap();
     let seen = next(&mut observe, last).await.expect("b leads");
     assert_eq!(seen.value, b"b");
-    assert_eq!(seen.token, lb.fence());
+    assert_eq!(seen.token, lb.token());
     // Compaction does not end observing.
     etcd.compact().await;
     lb.resign().await.unwrap();
@@ -253,7 +253,7 @@ async fn a_leader_whose_key_is_deleted_or_lease_revoked_learns_it_and_is_fenced(
     // New campaigns work on the session's new lease.
     let again = e.campaign("a").await.unwrap();
     assert_ne!(again.lease(), lease);
-    assert!(again.fence() > leader.fence());
+    assert!(again.token() > leader.token());
     again.resign().await.unwrap();
     e.close().await.unwrap();
 }

@@ -104,7 +104,7 @@ async fn etcdctl_elect_queues_behind_coord_and_coord_behind_etcdctl() {
     let second = second.unwrap();
     assert!(second.is_leader());
     let go_rev = queue(&client, "shared-e/").await[0].create_revision;
-    assert_eq!(second.fence().0, go_rev);
+    assert_eq!(second.token().0, go_rev);
     second.resign().await.unwrap();
     e.close().await.unwrap();
     e2.close().await.unwrap();
@@ -146,7 +146,7 @@ async fn a_coord_leader_killed_with_minus_9_hands_over_to_etcdctl_and_to_coord()
     agent.kill9().await;
     let (e, leader) = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap();
     let leader = leader.unwrap();
-    assert!(leader.fence().0 > dead_fence);
+    assert!(leader.token().0 > dead_fence);
     leader.resign().await.unwrap();
     e.close().await.unwrap();
 }
@@ -171,7 +171,7 @@ async fn etcdctl_lock_and_coord_mutex_exclude_each_other_in_both_orders() {
         m.try_lock().await,
         Err(coord::Error::Locked | coord::Error::AlreadyCampaigning { .. })
     ));
-    let coord_fence = guard.fence();
+    let coord_fence = guard.token();
     guard.unlock().await.unwrap();
     let go_key = go.line(SOON).await;
     let q = queue(&client, "shared-l/").await;
@@ -201,7 +201,7 @@ async fn etcdctl_lock_and_coord_mutex_exclude_each_other_in_both_orders() {
     go.kill9().await;
     let (m2, guard) = tokio::time::timeout(SOON, waiting).await.unwrap().unwrap();
     let guard = guard.unwrap();
-    assert!(guard.fence().0 > q[0].create_revision);
+    assert!(guard.token().0 > q[0].create_revision);
     guard.unlock().await.unwrap();
 
     // A coord holder in its own process killed -9: etcdctl gets the lock.

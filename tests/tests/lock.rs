@@ -505,6 +505,19 @@ async fn etcd_locks_keep_the_contract() {
     let sb = Session::new(client.clone(), session_opts(5)).await.unwrap();
     let a = Locker::etcd(&sa, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE);
     let b = Locker::etcd(&sb, coord::lock::DEFAULT_ETCD_PREFIX, Slots::ONE);
+    // By default lock "n" is the lock `etcdctl lock n` and `coordctl lock
+    // n` take: the one key `n/<lease in hex>`, with an empty value.
+    let named = a.try_acquire("named").await.unwrap();
+    let keys = client
+        .clone()
+        .get("named/", Some(etcd_client::GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let lease = sa.lease_id().unwrap();
+    assert_eq!(keys.kvs().len(), 1);
+    assert_eq!(keys.kvs()[0].key_str().unwrap(), format!("named/{lease}"));
+    assert!(keys.kvs()[0].value().is_empty());
+    drop(named);
     the_contract(&a, &b).await;
     let two = Slots::new(2).unwrap();
     two_slots(

@@ -121,7 +121,7 @@ async fn observe_is_a_stream_of_leaders() {
     assert_eq!(me, Some(b"me".to_vec()));
     assert_eq!(
         elected_at.0,
-        leader.fence().0,
+        leader.token().0,
         "observed at the put that made it leader"
     );
     assert!(elected_at > at);

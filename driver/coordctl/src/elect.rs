@@ -111,7 +111,7 @@ async fn lead(
         };
     }
     let info = HoldInfo {
-        fence: held.fence().0,
+        fence: held.token().0,
         key: held.key(),
     };
     let lost = async { held.lost().await.unwrap_or(coord::Loss::SessionClosed) };
@@ -135,7 +135,7 @@ fn held_record(event: &'static str, name: &str, held: &Leadership) -> Record {
     Record::new(event)
         .with("name", name)
         .with("key", held.key())
-        .with("fence", held.fence().0)
+        .with("fence", held.token().0)
         .with("lease", held.lease().to_string())
 }
 

@@ -136,9 +136,11 @@ enum Backend {
     Postgres(PostgresLocks),
 }
 
-/// Prefix of the etcd backend's lock names by default: a lock `n` is
-/// etcd's `concurrency.Mutex` (and `etcdctl lock`) named `/coord/locks/n`.
-pub const DEFAULT_ETCD_PREFIX: &str = "/coord/locks/";
+/// Prefix of the etcd backend's lock names by default: none, so a lock `n`
+/// is etcd's `concurrency.Mutex` named `n`, the lock that `etcdctl lock n`,
+/// `coordctl lock n` and `Mutex::new(client, "n", ..)` take (keys
+/// `n/<lease id in hex>`). Slot `i` above 0 is the mutex `.slots/n/i`.
+pub const DEFAULT_ETCD_PREFIX: &str = "";
 
 impl Locker {
     /// In-process locks (tests): `locks` is shared by every locker made
@@ -345,7 +347,7 @@ impl Holder {
         Holder {
             name: name.to_string(),
             slot,
-            token: guard.fence(),
+            token: guard.token(),
             hold: Hold::Etcd(Some(guard)),
         }
     }

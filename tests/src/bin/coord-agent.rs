@@ -53,7 +53,7 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| fail(e));
             let leader = election.campaign(value).await.unwrap_or_else(|e| fail(e));
-            println!("elected {} {}", leader.key(), leader.fence().0);
+            println!("elected {} {}", leader.key(), leader.token().0);
             // On SIGINT, resign (as etcdctl elect does) and exit.
             if tokio::signal::ctrl_c().await.is_err() {
                 std::future::pending::<()>().await;
@@ -66,7 +66,7 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| fail(e));
             let guard = mutex.lock().await.unwrap_or_else(|e| fail(e));
-            println!("locked {} {}", guard.key(), guard.fence().0);
+            println!("locked {} {}", guard.key(), guard.token().0);
             // On SIGINT, unlock (as etcdctl lock does) and exit.
             if tokio::signal::ctrl_c().await.is_err() {
                 std::future::pending::<()>().await;
