@@ -114,6 +114,8 @@ impl Client {
     /// connection etcd closes once it is open (which is how etcd refuses a
     /// missing, expired or foreign client certificate) is reported as
     /// `Error::Tls` saying so.
+    ///
+    /// Cancel safety: cancel-safe (a read).
     pub async fn check(&self, timeout: Duration) -> Result<(), crate::Error> {
         let mut maintenance = self.shared.first.maintenance_client();
         match tokio::time::timeout(timeout, maintenance.status()).await {

@@ -117,6 +117,9 @@ impl ConnectOptions {
 /// etcd cannot be reached (authentication needs a round trip). Call
 /// [`Client::check`](crate::Client::check) to learn at once whether etcd
 /// answers.
+///
+/// Cancel safety: cancel-safe (nothing is sent to etcd but the authentication,
+/// which a later call repeats).
 pub async fn connect<E: AsRef<str>>(
     endpoints: &[E],
     options: ConnectOptions,

@@ -186,6 +186,9 @@ impl Election {
     /// An election on a session of its own (go-coord's `NewElection`):
     /// [`close`](Self::close) revokes it. Fails fast, writing nothing, on a
     /// bad name or options, or if the session's first lease grant fails.
+    ///
+    /// Cancel safety: as [`Session::new`]: a lease granted before the drop
+    /// expires within one TTL.
     pub async fn new<A: EtcdApi>(
         client: A,
         name: &str,
@@ -238,6 +241,9 @@ impl Election {
 
     /// [`campaign`](Self::campaign) bounded by `timeout`: `Error::Timeout`
     /// withdraws the campaign (its key is deleted).
+    ///
+    /// Cancel safety: as [`campaign`](Self::campaign): dropping the future
+    /// withdraws the campaign.
     pub async fn campaign_timeout(
         &self,
         value: impl Into<Vec<u8>>,
@@ -251,6 +257,9 @@ impl Election {
 
     /// One round trip: leadership if nobody else is queued, else `None`,
     /// leaving no key behind. Never blocks behind another candidate.
+    ///
+    /// Cancel safety: cancel-safe: dropping the future withdraws the try and
+    /// deletes its key if it was created.
     pub async fn try_campaign(
         &self,
         value: impl Into<Vec<u8>>,
@@ -263,6 +272,8 @@ impl Election {
 
     /// The current leader (the key with the lowest create revision), read
     /// linearizably once; `None` when nobody leads.
+    ///
+    /// Cancel safety: cancel-safe (a read).
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
         let request = RangeRequest {
             get: Get {
@@ -299,6 +310,8 @@ impl Election {
     /// Closes the election: a standalone one closes (revokes) its session,
     /// ending its leadership and campaigns; a borrowed one does nothing
     /// (resign its leadership to step down).
+    ///
+    /// Cancel safety: as [`Session::close`].
     pub async fn close(&self) -> Result<(), Error> {
         if self.owns_session {
             self.session.close().await
@@ -375,6 +388,8 @@ impl Leadership {
     /// Completes when the leadership ends: `Some(loss)` when it was lost
     /// (key deleted by anyone, lease lost or its deadline passed, session
     /// closed), `None` when this handle resigned.
+    ///
+    /// Cancel safety: cancel-safe (it only waits).
     pub async fn lost(&self) -> Option<Loss> {
         ended(&self.phase).await
     }
@@ -387,6 +402,9 @@ impl Leadership {
 
     /// Replaces the leader's value, only while the key still has the
     /// token as its create revision (`Error::NotLeader` otherwise).
+    ///
+    /// Cancel safety: not cancel-safe: a proclaim sent before the future was
+    /// dropped may still be applied; only its answer is lost.
     pub async fn proclaim(&self, value: impl Into<Vec<u8>>) -> Result<(), Error> {
         let value = value.into();
         validate_value(&value)?;
@@ -401,6 +419,10 @@ impl Leadership {
     /// transaction's own result, `Error::NotLeader` if etcd refused the
     /// guard (nothing applied), or `Error::Request` if the outcome is
     /// unknown.
+    ///
+    /// Cancel safety: not cancel-safe: a transaction sent before the future was
+    /// dropped may still be applied (still only while leading); only its answer
+    /// is lost.
     pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, Error> {
         match self.ask(AskedBy::Txn(txn)).await? {
             Answer::Txn(resp) => Ok(resp),
@@ -442,6 +464,8 @@ impl Leadership {
     }
 
     /// Releases a lock: the same as [`resign`](Self::resign).
+    ///
+    /// Cancel safety: as [`resign`](Self::resign).
     pub async fn unlock(self) -> Result<(), Error> {
         self.resign().await
     }
@@ -511,6 +535,8 @@ impl LeaderProbe {
     }
 
     /// As [`Leadership::lost`].
+    ///
+    /// Cancel safety: cancel-safe (it only waits).
     pub async fn lost(&self) -> Option<Loss> {
         ended(&self.phase).await
     }

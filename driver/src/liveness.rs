@@ -176,6 +176,10 @@ impl HostLiveness {
     /// grant, put or keep-alive failure of the first registration returns
     /// an error after revoking any lease it granted. `started_at_unix_ns`
     /// is set to now when 0.
+    ///
+    /// Cancel safety: not cancel-safe. A registration dropped part-way is an
+    /// ungraceful stop: a lease it was granted (and the key, if written)
+    /// expires within one TTL.
     pub async fn register<A: EtcdApi>(
         client: A,
         mut meta: HostMetadata,
@@ -190,6 +194,8 @@ impl HostLiveness {
 
     /// Like [`register`](Self::register) with metadata of the caller's own
     /// type, serialised as JSON, at `<prefix><host_id>`.
+    ///
+    /// Cancel safety: as [`register`](Self::register).
     pub async fn register_with<A: EtcdApi, M: Serialize + ?Sized>(
         client: A,
         host_id: &str,
@@ -244,6 +250,9 @@ impl HostLiveness {
     /// background task. Idempotent: later calls return the first outcome.
     /// Returns `RevokeNotConfirmed` if etcd could not confirm the revoke
     /// within the request timeout; the key then expires within one TTL.
+    ///
+    /// Cancel safety: cancel-safe. Once polled, the stop goes on in the
+    /// background; a later `stop` waits for the same outcome.
     pub async fn stop(&self) -> Result<(), Error> {
         let _ = self.requests.send(Stop);
         let mut status = self.status.clone();

@@ -26,6 +26,9 @@ pub struct Mutex {
 
 impl Mutex {
     /// A lock on a session of its own; [`close`](Self::close) revokes it.
+    ///
+    /// Cancel safety: as [`Session::new`](crate::Session::new): a lease granted
+    /// before the drop expires within one TTL.
     pub async fn new<A: EtcdApi>(
         client: A,
         name: &str,
@@ -60,6 +63,8 @@ impl Mutex {
 
     /// [`lock`](Self::lock) bounded by `timeout`: `Error::Timeout`
     /// withdraws from the queue.
+    ///
+    /// Cancel safety: as [`lock`](Self::lock).
     pub async fn lock_timeout(&self, timeout: Duration) -> Result<MutexGuard, Error> {
         match tokio::time::timeout(timeout, self.lock()).await {
             Ok(result) => result,
@@ -69,6 +74,9 @@ impl Mutex {
 
     /// One round trip: the lock if nobody holds it or waits for it, else
     /// `Error::Locked`, leaving no key behind.
+    ///
+    /// Cancel safety: cancel-safe: dropping the future withdraws the try and
+    /// deletes its key if it was created.
     pub async fn try_lock(&self) -> Result<MutexGuard, Error> {
         match contend(&self.session, self.prefix.clone(), Vec::new(), Mode::Try).await? {
             Contended::Leading(guard) => Ok(guard),
@@ -83,6 +91,8 @@ impl Mutex {
 
     /// A lock with its own session closes (revokes) it, releasing the lock;
     /// a borrowed one does nothing.
+    ///
+    /// Cancel safety: as [`Session::close`](crate::Session::close).
     pub async fn close(&self) -> Result<(), Error> {
         if self.owns_session {
             self.session.close().await

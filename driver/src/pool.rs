@@ -36,6 +36,9 @@ pub struct ElectionPool {
 
 impl ElectionPool {
     /// A pool on a new session (go-coord's `NewElectionPool`).
+    ///
+    /// Cancel safety: as [`Session::new`](crate::Session::new): a lease granted
+    /// before the drop expires within one TTL.
     pub async fn new<A: EtcdApi>(client: A, opts: SessionOptions) -> Result<ElectionPool, Error> {
         Ok(ElectionPool {
             session: Session::new(client, opts).await?,
@@ -71,6 +74,8 @@ impl ElectionPool {
 
     /// Revokes the pool's lease: every leadership held through the pool
     /// ends at once (their keys go with the lease).
+    ///
+    /// Cancel safety: as [`Session::close`](crate::Session::close).
     pub async fn close(&self) -> Result<(), Error> {
         self.session.close().await
     }

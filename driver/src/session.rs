@@ -209,6 +209,9 @@ impl Session {
     /// Grants a lease and keeps it alive in the background. Fails fast on
     /// invalid options, or (unless `retry_first_grant`) when the first
     /// grant fails, e.g. `Error::Unreachable`, revoking anything granted.
+    ///
+    /// Cancel safety: not cancel-safe. Dropping it part-way is an ungraceful
+    /// close: a lease granted meanwhile expires within one TTL.
     pub async fn new<A: EtcdApi>(client: A, opts: SessionOptions) -> Result<Session, Error> {
         let seed = opts
             .seed
@@ -278,6 +281,9 @@ impl Session {
     /// lost) and revokes the lease, deleting every key on it. Idempotent.
     /// `Error::RevokeNotConfirmed` if etcd could not confirm the revoke: the
     /// keys then expire with the lease, within one TTL.
+    ///
+    /// Cancel safety: cancel-safe. Once polled, the close goes on in the
+    /// background; a later `close` waits for the same outcome.
     pub async fn close(&self) -> Result<(), Error> {
         let _ = self.inner.requests.send(Request::Close);
         let mut status = self.inner.status.clone();

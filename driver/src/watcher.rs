@@ -355,6 +355,9 @@ where
     /// `Synced`) and watches it from there. Fails on invalid options, or
     /// (unless `retry_first_snapshot`) when the first listing fails, e.g.
     /// `Error::Unreachable`.
+    ///
+    /// Cancel safety: cancel-safe: nothing is written, and the watcher's loop
+    /// stops with the dropped future.
     pub async fn new<A: EtcdApi>(client: A, opts: WatcherOptions) -> Result<Self, Error> {
         if opts.prefix.is_empty() || opts.prefix.chars().any(char::is_control) {
             return Err(Error::InvalidPrefix(opts.prefix));
@@ -560,6 +563,9 @@ where
     }
 
     /// Stops watching. Idempotent; returns once the watcher's loop ended.
+    ///
+    /// Cancel safety: cancel-safe. Once polled, the close goes on in the
+    /// background.
     pub async fn close(&self) {
         let _ = self.close.send(());
         self.wait().await;
@@ -573,6 +579,9 @@ where
 
     /// Waits until the watcher has stopped (closed, or failed to start).
     /// Under [`Driving::InNext`] this runs the loop meanwhile.
+    ///
+    /// Cancel safety: cancel-safe (it only waits; under [`Driving::InNext`] the
+    /// loop resumes at the next call).
     pub async fn wait(&self) {
         self.run_inline_to_end().await;
         let mut running = self.running.clone();

@@ -103,7 +103,10 @@ pub fn run(data: &[u8]) -> crate::Reach {
     let Some((plan, steps)) = crate::decode::<Plan, Step>(data) else {
         return crate::Reach::default();
     };
-    let config = ProbeConfig::default().with_interval(Duration::from_millis(u64::from(plan.interval_ms.max(1)))).with_request_timeout(Duration::from_millis(u64::from(plan.timeout_ms.max(1)))).with_refused_interval(Duration::from_millis(u64::from(plan.refused_ms)));
+    let config = ProbeConfig::default()
+        .with_interval(Duration::from_millis(u64::from(plan.interval_ms.max(1))))
+        .with_request_timeout(Duration::from_millis(u64::from(plan.timeout_ms.max(1))))
+        .with_refused_interval(Duration::from_millis(u64::from(plan.refused_ms)));
     let mut p = Prober::new(config.clone());
     let mut h = Harness {
         now: 0,

@@ -214,6 +214,12 @@ impl Locker {
 
     /// A free slot of `name` now, or `LockError::Locked`; never waits
     /// for a holder (one round trip for etcd).
+    ///
+    /// Cancel safety: cancel-safe for memory, flock and file locks (they take
+    /// no await), and for etcd (a try withdraws its key). A Redis or Postgres
+    /// try dropped after the server took the lock leaves it to be freed as
+    /// after a holder's crash: at the TTL (Redis), when its connection closes
+    /// (Postgres).
     pub async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
         validate_lock_name(name)?;
         match &self.backend {
@@ -372,6 +378,9 @@ impl Holder {
     /// Releases the hold. Idempotent: `Released` the first time it really
     /// released it, `AlreadyGone` when it was released before, or lost
     /// (taken over, expired) meanwhile.
+    ///
+    /// Cancel safety: cancel-safe: the holder stays; call `release` again (it
+    /// is idempotent) or drop the holder, which releases it.
     pub async fn release(&mut self) -> Result<Released, LockError> {
         match &mut self.hold {
             Hold::Memory(h) => Ok(h.release()),
@@ -398,6 +407,9 @@ impl Holder {
     /// checks the hold is still there). `LockError::NoTtl` for flock and
     /// memory, whose holds last as long as the holder; `LockError::Lost`
     /// if the hold is gone.
+    ///
+    /// Cancel safety: cancel-safe: an extension dropped part-way may or may not
+    /// have landed; call `extend` again.
     pub async fn extend(&mut self) -> Result<(), LockError> {
         match &mut self.hold {
             Hold::Memory(_) => Err(LockError::NoTtl("memory")),
@@ -415,6 +427,8 @@ impl Holder {
     /// Completes when the hold is lost without `release`: taken over,
     /// removed, expired. Never completes for flock (the kernel holds the
     /// lock while the process lives) or after `release`.
+    ///
+    /// Cancel safety: cancel-safe (it only waits).
     pub async fn lost(&self) -> LockLost {
         match &self.hold {
             Hold::Memory(h) => h.lost().await,
