@@ -12,14 +12,18 @@
 //! # Contract
 //!
 //! - `new` lists the prefix: its hosts come first as `Up` events, then
-//!   `Synced`. It then watches from the listing's revision + 1 with prev kv.
+//!   `Synced`. It then watches from the listing's revision + 1 (without prev
+//!   kv: a deleted host's last-seen record comes from the view).
 //!   It fails fast (`Error::Unreachable`, ...) unless `retry_first_snapshot`.
 //! - A put of a new host is `Up`. A put that changes a host's value or lease is
 //!   `Updated`, with the previous record. An identical re-put is nothing. A
 //!   delete is `Down`, carrying the last-seen metadata.
 //! - Every event carries the etcd revision it reflects; revisions never
-//!   decrease. Replaying the events from empty always gives the view: no `Up`
-//!   for a host already up, no `Down` for one that is not.
+//!   decrease, except after etcd was restored or wiped: the re-list's
+//!   difference then carries etcd's new, lower revisions and is followed by
+//!   `Resynced` (`RevisionWentBack`, `HistoryDiverged` or `ClusterChanged`).
+//!   Replaying the events from empty always gives the view: no `Up` for a
+//!   host already up, no `Down` for one that is not.
 //! - A broken stream resumes from the last revision seen + 1 with backoff,
 //!   which includes a silent stream: a stream quiet for `probe_interval`
 //!   (10 s) is probed with a progress request and replaced if the answer does
@@ -261,7 +265,8 @@ impl<M: DeserializeOwned> HostRecord<M> {
 }
 
 /// A change of the hosts under the prefix. `revision` is the etcd revision
-/// the change reflects; revisions never decrease along the stream.
+/// the change reflects; revisions never decrease along the stream but
+/// after etcd was restored or wiped (see the [module docs](self)).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum HostEvent<M> {
