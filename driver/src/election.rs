@@ -21,7 +21,8 @@
 //!   candidate. Dropping the future (or `campaign_timeout`) withdraws it and
 //!   deletes its key.
 //! - `try_campaign` is one round trip: it creates the key only if nobody is
-//!   queued at all (a range compare over the name), so a loser leaves no key.
+//!   queued at all (a range compare over the name), so a loser leaves no key
+//!   and gets `Error::Locked`, as `Mutex::try_lock` does.
 //! - A `Leadership` has `token()` (the fencing token); `is_leader()`, which checks the lease's
 //!   proven deadline (send time of the last acknowledged keep-alive plus its
 //!   TTL) against the clock at call time, so it is right even after a long GC
@@ -255,18 +256,17 @@ impl Election {
         }
     }
 
-    /// One round trip: leadership if nobody else is queued, else `None`,
-    /// leaving no key behind. Never blocks behind another candidate.
+    /// One round trip: leadership if nobody else is queued, else
+    /// `Error::Locked`, leaving no key behind (the try rule of
+    /// [`Mutex::try_lock`](crate::Mutex::try_lock) and the lock family's
+    /// `try_acquire`). Never blocks behind another candidate.
     ///
     /// Cancel safety: cancel-safe: dropping the future withdraws the try and
     /// deletes its key if it was created.
-    pub async fn try_campaign(
-        &self,
-        value: impl Into<Vec<u8>>,
-    ) -> Result<Option<Leadership>, Error> {
+    pub async fn try_campaign(&self, value: impl Into<Vec<u8>>) -> Result<Leadership, Error> {
         match contend(&self.session, self.prefix.clone(), value.into(), Mode::Try).await? {
-            Contended::Leading(l) => Ok(Some(l)),
-            Contended::NotElected => Ok(None),
+            Contended::Leading(l) => Ok(l),
+            Contended::NotElected => Err(Error::Locked),
         }
     }
 

@@ -89,8 +89,9 @@ pub enum Error {
     /// has it; etcd applied nothing.
     #[error("not the leader (or lock holder)")]
     NotLeader,
-    /// `try_lock` found the lock held; nothing was left behind.
-    #[error("the lock is held by another holder")]
+    /// `try_lock` found the lock held, or `try_campaign` found another
+    /// candidate queued; nothing was left behind.
+    #[error("held by another (lock holder or leader)")]
     Locked,
     /// No leadership or lock within the time given; the campaign was
     /// withdrawn.

@@ -133,13 +133,14 @@ impl Queue {
     }
 
     async fn try_once(&self, value: &str) -> Result<Option<Leadership>, Error> {
-        match self {
+        let tried = match self {
             Queue::Election(e) => e.try_campaign(value).await,
-            Queue::Mutex(m) => match m.try_lock().await {
-                Ok(guard) => Ok(Some(guard)),
-                Err(Error::Locked) => Ok(None),
-                Err(e) => Err(e),
-            },
+            Queue::Mutex(m) => m.try_lock().await,
+        };
+        match tried {
+            Ok(leadership) => Ok(Some(leadership)),
+            Err(Error::Locked) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 }

@@ -69,12 +69,8 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
     let b = Election::new(client.clone(), "e-try", session_opts(5))
         .await
         .unwrap();
-    let leader = a
-        .try_campaign("a")
-        .await
-        .unwrap()
-        .expect("nobody leads yet");
-    assert!(b.try_campaign("b").await.unwrap().is_none());
+    let leader = a.try_campaign("a").await.expect("nobody leads yet");
+    assert!(matches!(b.try_campaign("b").await, Err(Error::Locked)));
     let q = queue(&client, "e-try/").await;
     assert_eq!(q.len(), 1, "the loser left no key: {q:?}");
     assert_eq!(q[0].key, leader.key());
@@ -95,7 +91,10 @@ async fn try_campaign_loses_in_one_round_trip_and_leaves_no_key() {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert!(b.try_campaign("b").await.unwrap().is_none(), "c leads now");
+    assert!(
+        matches!(b.try_campaign("b").await, Err(Error::Locked)),
+        "c leads now"
+    );
     assert_eq!(
         queue(&client, "e-try/").await[0].create_revision,
         lead_c.token().0
