@@ -50,4 +50,8 @@ pub struct Cli {
     /// runs fail the campaign.
     #[arg(long)]
     pub compare: bool,
+    /// Print every pinned regression as `SEED GENERATOR`, one a line (what
+    /// `scripts/sim-diff` replays), and exit.
+    #[arg(long, conflicts_with_all = ["seed", "compare"])]
+    pub list_pinned: bool,
 }

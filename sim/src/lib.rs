@@ -41,6 +41,8 @@ pub mod model;
 pub mod observe_checker;
 #[cfg(all(madsim, test))]
 mod observe_options_tests;
+#[cfg(madsim)]
+pub mod pinned;
 #[cfg(all(madsim, test))]
 mod pool_tests;
 #[cfg(all(madsim, test))]

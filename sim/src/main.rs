@@ -81,6 +81,7 @@ mod campaign {
         jobs: usize,
         generator: Generator,
         compare: bool,
+        list_pinned: bool,
     }
 
     /// The command line (clap prints help and usage errors and exits).
@@ -102,6 +103,7 @@ mod campaign {
             ),
             generator: Generator::from_number(cli.generator),
             compare: cli.compare,
+            list_pinned: cli.list_pinned,
         }
     }
 
@@ -125,6 +127,12 @@ mod campaign {
 
     pub fn main() -> i32 {
         let args = parse();
+        if args.list_pinned {
+            for p in coord_sim::pinned::PINNED {
+                println!("{} {}", p.seed, p.generator.number());
+            }
+            return 0;
+        }
         if let Some(seed) = args.replay {
             // COORD_SIM_LOG=debug (a tracing filter) logs what the driver
             // does in the replayed run.

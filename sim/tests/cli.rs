@@ -83,3 +83,19 @@ fn the_side_by_side_runs_both_policies_and_coord_heals_faster() {
         "{text}"
     );
 }
+
+/// `--list-pinned` prints every pinned regression as `SEED GENERATOR`, in
+/// the table's order, and runs nothing.
+#[cfg(madsim)]
+#[test]
+fn list_pinned_prints_every_pinned_seed_with_its_generator() {
+    let out = sim(&["--list-pinned"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let expected: Vec<String> = coord_sim::pinned::PINNED
+        .iter()
+        .map(|p| format!("{} {}", p.seed, p.generator.number()))
+        .collect();
+    assert!(!expected.is_empty());
+    assert_eq!(text.lines().collect::<Vec<_>>(), expected);
+}

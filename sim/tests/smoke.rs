@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use coord_sim::history::{ContenderEvent, WatcherEventKind, What, WriteOutcome};
+use coord_sim::pinned::{Pinned, PINNED};
 use coord_sim::report::timeline;
 use coord_sim::runner::{fingerprint, run_case, CaseResult};
 use coord_sim::schedule::{cases, Case, Generator, Shape};
@@ -20,267 +21,14 @@ fn assert_passed(r: &CaseResult) {
     );
 }
 
-/// Seeds that once failed (with generator V1): seed, fingerprint of the
-/// schedule it generates, and what it found. They must pass for good.
-const PINNED_V1: &[(u64, u64, &str)] = &[
-    // A restarted process reused its predecessor's reply tags, so stale
-    // keep-alive messages answered its revoke (simulator client bug).
-    (
-        5,
-        0x78a141a5d2e0fd77,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        41,
-        0xc13282579ae37cd5,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        108,
-        0x7ff933f24745c0e7,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        161,
-        0xa0973fb77bdddecc,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        176,
-        0xd9a4a61bd373b2dd,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        205,
-        0xac5fccc33ee9e55c,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        279,
-        0x1d4f17a435400625,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        334,
-        0x57bc86cf5fe2a202,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        372,
-        0xc01214c7fca2ec1a,
-        "stale stream message taken as a revoke reply",
-    ),
-    (
-        373,
-        0xd0529102f78da6da,
-        "stale stream message taken as a revoke reply",
-    ),
-    // A leader change starting before a crashed lease's deadline postpones
-    // its expiry (checker bug).
-    (
-        446,
-        0x5402202a37f8abbb,
-        "leader change postponed a crashed lease's expiry",
-    ),
-    (
-        1338,
-        0xae831da6f864181f,
-        "leader change postponed a crashed lease's expiry",
-    ),
-    (
-        1720,
-        0xf89a4f7e473ad352,
-        "leader change postponed a crashed lease's expiry",
-    ),
-];
-
-/// Seeds that once failed with generator V3.
-const PINNED_V3: &[(u64, u64, &str)] = &[
-    // The driver cancelled a watch stream's read to send a progress request
-    // (a select!), and an `EtcdApi` whose reads are not cancel-safe lost a
-    // message: the stream stalled until the probe deadline. Stream readers
-    // now run in tasks of their own.
-    (
-        64,
-        0xb765c3a9f7d90e29,
-        "watch message lost to a cancelled read",
-    ),
-    // A host crashed, its restarted process was stopped before it could
-    // register: the crashed incarnation's key legitimately lives until its
-    // lease expires (checker bug).
-    (
-        112534,
-        0x34cbd8eb393bcd0a,
-        "stop cannot revoke a crashed incarnation's lease",
-    ),
-    (
-        115806,
-        0xeb6c00009a48db2a,
-        "stop cannot revoke a crashed incarnation's lease",
-    ),
-    // A host key lived 90 ms, between two samples: completeness judged by
-    // 100 ms samples missed it and blamed the watcher, which was right. The
-    // checker now uses etcd's exact change log (checker bug).
-    (
-        137637,
-        0x03f883df056ab3b4,
-        "a key shorter-lived than a sample",
-    ),
-    // A partial registration's revoke was lost to a partition and never
-    // retried; a later stop reported NothingToRevoke while that lease, with
-    // the key on it, lived on (core bug: orphan leases are now retried and
-    // revoked by stop).
-    (
-        200489,
-        0x21ddb5ef7bd5ee07,
-        "a lost revoke of a partial lease",
-    ),
-    (
-        249341,
-        0x6322abb2383dd312,
-        "a lost revoke of a partial lease",
-    ),
-];
-
-/// Seeds that once failed with generator V4 (elections, locks, pools).
-const PINNED_V4: &[(u64, u64, &str)] = &[
-    // A leader resigned and joined again with the same key, value and
-    // lease while a waiter's queue watch re-listed after a compaction; the
-    // mirror took the new incarnation for an identical re-put and the queue
-    // deadlocked behind a phantom predecessor (core bug).
-    (
-        20702,
-        0xfa4c37243b3bad22,
-        "a re-created queue key taken for an identical re-put",
-    ),
-    (
-        20785,
-        0x64e4f71a82d478cc,
-        "a re-created queue key taken for an identical re-put",
-    ),
-    (
-        21686,
-        0x4a7bbeb1d3a4d8f5,
-        "a re-created queue key taken for an identical re-put",
-    ),
-    (
-        21708,
-        0x4149082dde030d4f,
-        "a re-created queue key taken for an identical re-put",
-    ),
-    // A waiter's key was deleted while its join was being retried; the
-    // retry created the key again and led with the new incarnation, which
-    // the checker took for a zombie (checker bug).
-    (
-        21243,
-        0x864e06e41ee046da,
-        "a retried join re-creating its deleted key",
-    ),
-    // A campaign withdrawn while its join was in flight sent its delete at
-    // once; the delete reached etcd before the join, which then created a
-    // key nobody owned (core bug: wait for the join's answer).
-    (
-        1,
-        0xd431668b6c91d065,
-        "a delete overtaking the join it undoes",
-    ),
-    (
-        9,
-        0x2212e191a461da72,
-        "a delete overtaking the join it undoes",
-    ),
-    // A leadership whose loop was busy with a fenced write noticed its
-    // session's loss late; the library had signalled it at once (checker:
-    // judge what the library says).
-    (5, 0xdc78327c9dedca9c, "a loss noticed late by a busy loop"),
-    // A lease granted with its reply lost outlived its TTL because an etcd
-    // leader change restarted it (checker: extend by leader changes).
-    (
-        255,
-        0xfe041b79216c4541,
-        "an unknown grant kept alive by a leader change",
-    ),
-    // A sample fell between a resign and its successor's election (checker:
-    // judge leaderless stretches, not how long a candidate waited).
-    (2, 0x3c6b03dbab7a1890, "a handover between two samples"),
-    // A try's join was applied with its answer dropped, and its key was
-    // deleted from outside before the retry, which found others queued and
-    // lost: the try had made a key it never saw (checker: judge that a try
-    // creates only into an empty queue and leaves nothing behind).
-    (
-        1049298,
-        0x30d3372eb5aa062,
-        "a try's unseen key deleted from outside",
-    ),
-    // A contender paused across its grant's deadline: the lease was
-    // granted, the answer read after the timeout and ignored, and the lease
-    // lived on next to the healed one (core bug: revoke a late grant).
-    (
-        1033439,
-        0xac2068a55a494b6f,
-        "a late grant's lease left to live",
-    ),
-];
-
-/// Seeds that once failed with generator V5 (etcd wiped or replaced,
-/// watcher crashes).
-const PINNED_V5: &[(u64, u64, &str)] = &[
-    // A watcher was cut off while etcd was wiped under the same cluster id
-    // and came back after etcd's new revisions passed its own: no header
-    // was behind, it resumed its watch in the new history and kept a host
-    // that had changed (core bug: read back before resuming).
-    (
-        2000006,
-        0xaf15da6f13a6d05f,
-        "a restore already past a cut-off watcher",
-    ),
-    // A leader resigned and was elected again with the same key while an
-    // observer's stream was down; the model answered the observer's
-    // read-back at a past revision with the present (simulator bug).
-    (
-        2000993,
-        0xe37d5cd32a818406,
-        "a past read of one key answered with the present",
-    ),
-    // Two wipes in a row: after the first, a watcher's view emptied; the
-    // second, under the same cluster id, came and went while its stream
-    // was down, and etcd passed its revision. An empty view had nothing to
-    // read back, so it resumed in the new history, silently stale (caught
-    // by "never a silent stale view"; core bug: an empty view now reads
-    // back the prefix's first keys).
-    (5009518, 0x0a03065aff514cb8, "a restore past an empty view"),
-];
-
-/// Seeds that once failed with generator V6 (a stale member answering
-/// serializable reads, stalled consumers).
-const PINNED_V6: &[(u64, u64, &str)] = &[
-    // A member frozen at a watcher's own revision answered its listing
-    // after a compaction: not behind the view, so applied; its watch was
-    // compacted again at once and it re-listed in a loop, stale while
-    // saying Watching (core bug: a serializable listing behind the
-    // compaction it was read for is read again linearizably). First found
-    // as seed 1816 of a draft of this generator; seed 34 of the final one
-    // fails the same way on the old code ("re-listed after a compaction it
-    // had already re-listed for").
-    (
-        34,
-        0x7d010bc3b866f81a,
-        "a stale listing behind a compaction",
-    ),
-];
-
 #[test]
 fn pinned_regressions_pass() {
-    let v1 = PINNED_V1.iter().map(|p| (p, Generator::V1));
-    let v3 = PINNED_V3.iter().map(|p| (p, Generator::V3));
-    let v4 = PINNED_V4.iter().map(|p| (p, Generator::V4));
-    let v5 = PINNED_V5.iter().map(|p| (p, Generator::V5));
-    let v6 = PINNED_V6.iter().map(|p| (p, Generator::V6));
-    for ((seed, fingerprint, what), generator) in v1.chain(v3).chain(v4).chain(v5).chain(v6) {
-        let case = Case::generate_with(*seed, Shape::default(), generator);
+    for pinned in PINNED {
+        let Pinned { seed, found, .. } = pinned;
+        let case = Case::generate_with(*seed, Shape::default(), pinned.generator);
         assert_eq!(
             case.fingerprint(),
-            *fingerprint,
+            pinned.fingerprint,
             "seed {seed} no longer generates the schedule it was pinned with (now {:#x})",
             case.fingerprint()
         );
@@ -292,7 +40,7 @@ fn pinned_regressions_pass() {
         );
         assert!(
             r.passed(),
-            "pinned seed {seed} ({what}) fails again:\n{}",
+            "pinned seed {seed} ({found}) fails again:\n{}",
             timeline(&r)
         );
     }
