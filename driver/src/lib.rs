@@ -99,46 +99,28 @@ pub mod guide_examples {
     pub struct Coordctl;
 }
 
-pub mod api;
-mod backend;
+// The layers, each built only on the ones above it in this list:
+// the etcd layer (the `EtcdApi` trait, its real adapter and the client),
+// the runtime every handle runs on (the run loop, the executor, the clock,
+// the prober, status and telemetry), then the capabilities: liveness, the
+// watcher, sessions, elections (with pools, mutexes and observers) and the
+// lock family. ARCHITECTURE.md draws them.
 mod cause;
-#[cfg(not(madsim))]
-mod client;
-mod clock;
-#[cfg(not(madsim))]
-mod connect;
-#[cfg(not(madsim))]
-mod dial;
-pub mod election;
 mod error;
-#[cfg(not(madsim))]
+pub mod metadata;
+
 pub mod etcd;
-mod exec;
+mod runtime;
+
+pub mod election;
 pub mod liveness;
 pub mod lock;
-pub mod metadata;
-pub mod mutex;
-mod observe;
-pub mod pool;
-mod probe;
-mod runner;
 pub mod session;
-mod shared_loop;
-mod status;
-pub mod telemetry;
-#[cfg(not(madsim))]
-mod tls;
 pub mod watcher;
 
-pub use api::{
-    EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents,
-    WatchMessage,
-};
+pub use runtime::telemetry;
+
 pub use cause::Cause;
-#[cfg(not(madsim))]
-pub use client::Client;
-#[cfg(not(madsim))]
-pub use connect::{connect, ConnectOptions};
 pub use coord_core::kv::KeyValue;
 pub use coord_core::liveness::{Event as LivenessEvent, LostReason, OnLoss, RevokeOutcome};
 pub use coord_core::probe::ProbeConfig;
@@ -147,6 +129,12 @@ pub use coord_core::Revision;
 pub use coord_core::{AttemptFailure, Retry};
 pub use coord_core::{BackoffConfig, LeaseId, Pacing};
 pub use error::Error;
+#[cfg(not(madsim))]
+pub use etcd::{connect, Client, ConnectOptions, TlsOptions};
+pub use etcd::{
+    EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, ProbeHub, WatchControl,
+    WatchEvents, WatchMessage,
+};
 /// The etcd client coord runs on, for requests of your own
 /// ([`Client::etcd`]) and to name its types. Its version is part of
 /// coord's API: a coord release that moves to an incompatible etcd-client
@@ -157,9 +145,7 @@ pub use liveness::{HostLiveness, LivenessOptions, LivenessStatus, DEFAULT_PREFIX
 pub use metadata::{
     validate_host_id, HostIdError, HostMetadata, MAX_HOST_ID_LEN, MAX_METADATA_LEN,
 };
-pub use status::{LeaseStatus, ViewStatus};
-#[cfg(not(madsim))]
-pub use tls::TlsOptions;
+pub use runtime::{LeaseStatus, ViewStatus};
 pub use watcher::{
     DecodeError, Driving, HostEvent, HostRecord, HostWatcher, WatcherCloser, WatcherOptions,
 };
@@ -170,9 +156,8 @@ pub use coord_core::io::{
 };
 pub use coord_core::observer::Leader;
 pub use coord_core::{FencingToken, Key};
-pub use election::{validate_name, validate_value, Election, LeaderProbe, Leadership, MutexGuard};
-pub use mutex::Mutex;
-pub use observe::{Observe, Observed};
-pub use pool::{ElectionPool, PoolStats};
-pub use probe::ProbeHub;
+pub use election::{
+    validate_name, validate_value, Election, ElectionPool, LeaderProbe, Leadership, Mutex,
+    MutexGuard, Observe, Observed, PoolStats,
+};
 pub use session::{Session, SessionOptions};

@@ -35,8 +35,9 @@ use coord_core::lock::{
 use coord_core::FencingToken;
 
 use super::flock::{bump_token, check_dir, flock, io_error, try_flock};
+use super::outcome::{LockError, LockLost, Taken};
+use super::pid;
 use super::watchdog::Watchdog;
-use super::{pid, Hold, Holder, LockError, LockLost};
 
 /// Shortest and longest stale window accepted.
 const STALE_RANGE: (Duration, Duration) = (Duration::from_millis(300), Duration::from_secs(86_400));
@@ -203,7 +204,7 @@ impl FileLocks {
         }
     }
 
-    pub(super) fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+    pub(super) fn try_acquire(&self, name: &str) -> Result<Taken<FileHold>, LockError> {
         for slot in 0..self.slots.get() {
             let path = self.slot_path(name, slot);
             // The marker is judged first, so that trying a held lock
@@ -214,8 +215,8 @@ impl FileLocks {
                 if let Found::Held = self.judge(&path)? {
                     break;
                 }
-                if let Some(holder) = self.create(name, slot, &path)? {
-                    return Ok(holder);
+                if let Some(taken) = self.create(name, slot, &path)? {
+                    return Ok(taken);
                 }
             }
         }
@@ -229,7 +230,12 @@ impl FileLocks {
     /// creators otherwise could issue tokens in one order and link their
     /// markers in the other. (A token issued for a marker that could not
     /// be linked is skipped: tokens grow, not densely.)
-    fn create(&self, name: &str, slot: u32, path: &Path) -> Result<Option<Holder>, LockError> {
+    fn create(
+        &self,
+        name: &str,
+        slot: u32,
+        path: &Path,
+    ) -> Result<Option<Taken<FileHold>>, LockError> {
         let (token, _issuing) = bump_token("file", &self.dir, name)?;
         let me = std::process::id();
         let marker = Marker {
@@ -269,12 +275,7 @@ impl FileLocks {
             Err(e) => return Err(fail("cannot create", path, e)),
         }
         let hold = FileHold::start(path.to_path_buf(), file, &meta, token, self.stale_after);
-        Ok(Some(Holder {
-            name: name.to_string(),
-            slot,
-            token,
-            hold: Hold::File(hold),
-        }))
+        Ok(Some(Taken { slot, token, hold }))
     }
 
     /// Judges the marker at `path` and removes it if it may be taken

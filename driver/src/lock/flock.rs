@@ -20,7 +20,7 @@ use coord_core::FencingToken;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use super::{Hold, Holder, LockError};
+use super::outcome::{LockError, Taken};
 
 /// Where and how: the directory (which must exist) and the slots per
 /// name.
@@ -184,7 +184,7 @@ impl FlockLocks {
         }
     }
 
-    pub(super) fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+    pub(super) fn try_acquire(&self, name: &str) -> Result<Taken<FlockHold>, LockError> {
         for slot in 0..self.slots.get() {
             let path = self.slot_path(name, slot);
             let file =
@@ -193,11 +193,10 @@ impl FlockLocks {
                 Ok(Ok(held)) => {
                     // Issued while the lock is held: in the order of holds.
                     let (token, _) = bump_token("flock", &self.dir, name)?;
-                    return Ok(Holder {
-                        name: name.to_string(),
+                    return Ok(Taken {
                         slot,
                         token,
-                        hold: Hold::Flock(FlockHold { file: Some(held) }),
+                        hold: FlockHold { file: Some(held) },
                     });
                 }
                 Ok(Err(_busy)) => continue,

@@ -8,7 +8,8 @@ use std::sync::{Arc, PoisonError};
 use coord_core::lock::{Grant, LockTable, Released, Slots};
 use tokio::sync::watch;
 
-use super::{Hold, Holder, LockError, LockLost};
+use super::outcome::{LockError, LockLost, Taken};
+use super::watchdog::signalled;
 
 /// A set of in-process locks; clones share it.
 #[derive(Debug, Clone, Default)]
@@ -33,7 +34,11 @@ impl MemoryLocks {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn try_acquire(&self, name: &str, slots: Slots) -> Result<Holder, LockError> {
+    pub(super) fn try_acquire(
+        &self,
+        name: &str,
+        slots: Slots,
+    ) -> Result<Taken<MemoryHold>, LockError> {
         let mut inner = self.inner();
         let grant = inner
             .table
@@ -41,17 +46,16 @@ impl MemoryLocks {
             .ok_or(LockError::Locked)?;
         let (lost_tx, lost) = watch::channel(false);
         inner.holds.insert((name.to_string(), grant.slot), lost_tx);
-        Ok(Holder {
-            name: name.to_string(),
+        Ok(Taken {
             slot: grant.slot,
             token: grant.token,
-            hold: Hold::Memory(MemoryHold {
+            hold: MemoryHold {
                 locks: self.clone(),
                 name: name.to_string(),
                 grant,
                 lost,
                 released: false,
-            }),
+            },
         })
     }
 
@@ -95,7 +99,7 @@ impl MemoryHold {
     }
 
     pub(super) async fn lost(&self) -> LockLost {
-        super::signalled(&self.lost).await;
+        signalled(&self.lost).await;
         LockLost::TakenOver
     }
 }

@@ -17,9 +17,12 @@
 //! greater than every earlier hold's under its name, across crashes and
 //! restarts of the clients (and of the backend, where it keeps its data).
 
+mod etcd;
 mod file;
 mod flock;
+mod holder;
 mod memory;
+mod outcome;
 mod pid;
 #[cfg(all(feature = "postgres", not(madsim)))]
 mod postgres;
@@ -42,77 +45,10 @@ pub use postgres::{PostgresConfig, PostgresLocks};
 #[cfg(all(feature = "redis", not(madsim)))]
 pub use redis::{RedisConfig, RedisLocks};
 
-use crate::election::MutexGuard;
-use crate::mutex::Mutex;
 use crate::session::Session;
-
-/// What a lock call can fail with.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LockError {
-    /// Every slot of the name is held (`try_acquire`).
-    #[error("the lock is held")]
-    Locked,
-    /// `acquire` waited its whole timeout.
-    #[error("timed out waiting for the lock")]
-    Timeout,
-    /// The hold ended without `release` (see [`Holder::lost`]).
-    #[error("the lock was lost: {0}")]
-    Lost(LockLost),
-    /// The name is not a lock name; nothing was written.
-    #[error(transparent)]
-    BadName(#[from] LockNameError),
-    /// The locker's options are out of range; nothing was written.
-    #[error("bad lock options: {0}")]
-    BadOptions(String),
-    /// The backend has no TTL to extend.
-    #[error("the {0} backend has no TTL to extend")]
-    NoTtl(&'static str),
-    /// The backend failed (I/O, a server that does not answer, a corrupt
-    /// token file): the state of the lock is as before the call.
-    #[error("{backend} backend: {cause}")]
-    Backend {
-        /// Which backend.
-        backend: &'static str,
-        /// What failed, with the backend's own error underneath.
-        #[source]
-        cause: crate::Cause,
-    },
-    /// The etcd backend failed, with coord's error of what etcd did (so a
-    /// caller tells an unreachable etcd, `Error::Unreachable`, from a
-    /// refused request or a lost session): the state of the lock is as
-    /// before the call.
-    #[error("etcd backend: {0}")]
-    Etcd(#[source] crate::Error),
-}
-
-/// Why a hold ended without its holder releasing it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LockLost {
-    /// Another process judged this holder dead or stale and took the lock
-    /// over, or an operator removed the marker or evicted the hold.
-    #[error("taken over or removed")]
-    TakenOver,
-    /// The hold's TTL lapsed before it was extended (the backend was
-    /// unreachable for a whole TTL, or the holder was paused that long),
-    /// or its key changed hands.
-    #[error("expired")]
-    Expired,
-    /// The connection (and so the session) holding it ended: Postgres
-    /// dropped its advisory locks.
-    #[error("disconnected")]
-    Disconnected,
-    /// The server left a check of the connection holding it unanswered for
-    /// the request timeout (stalled, or cut off): the holder ended the
-    /// connection, so Postgres drops its advisory locks once it reads the
-    /// close, or finds the connection dead on its own.
-    #[error("the server did not answer")]
-    Unanswered,
-    /// The etcd session's lease or the holder's key is gone.
-    #[error("etcd: {0:?}")]
-    Etcd(crate::Loss),
-}
+use holder::Hold;
+pub use holder::Holder;
+pub use outcome::{LockError, LockLost};
 
 /// Hands out holds of names on one backend.
 #[derive(Debug, Clone)]
@@ -170,7 +106,7 @@ impl Locker {
         })
     }
 
-    /// etcd locks on `session`: lock `n` is the [`Mutex`] named
+    /// etcd locks on `session`: lock `n` is the [`Mutex`](crate::Mutex) named
     /// `prefix + n`, shared with Go's `concurrency.Mutex` and `etcdctl
     /// lock` under the same name (with slots, slot `i` above 0 is the
     /// mutex `prefix + ".slots/" + n + "/" + i`). Holds end with the
@@ -223,28 +159,28 @@ impl Locker {
     pub async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
         validate_lock_name(name)?;
         match &self.backend {
-            Backend::Memory(m) => m.try_acquire(name, self.slots),
-            Backend::Flock(f) => f.try_acquire(name),
-            Backend::File(f) => f.try_acquire(name),
+            Backend::Memory(m) => m
+                .try_acquire(name, self.slots)
+                .map(|t| Holder::new(name, t, Hold::Memory)),
+            Backend::Flock(f) => f
+                .try_acquire(name)
+                .map(|t| Holder::new(name, t, Hold::Flock)),
+            Backend::File(f) => f
+                .try_acquire(name)
+                .map(|t| Holder::new(name, t, Hold::File)),
             #[cfg(all(feature = "redis", not(madsim)))]
-            Backend::Redis(r) => r.try_acquire(name).await,
+            Backend::Redis(r) => r
+                .try_acquire(name)
+                .await
+                .map(|t| Holder::new(name, t, |h| Hold::Redis(Box::new(h)))),
             #[cfg(all(feature = "postgres", not(madsim)))]
-            Backend::Postgres(p) => p.try_acquire(name).await,
-            Backend::Etcd { session, prefix } => {
-                for slot in 0..self.slots.get() {
-                    let mutex =
-                        Mutex::on(session, &etcd_name(prefix, name, slot)).map_err(etcd_error)?;
-                    match mutex.try_lock().await {
-                        Ok(guard) => return Ok(Holder::etcd(name, slot, guard)),
-                        // Held by someone, or by this session already.
-                        Err(crate::Error::Locked | crate::Error::AlreadyCampaigning { .. }) => {
-                            continue
-                        }
-                        Err(e) => return Err(etcd_error(e)),
-                    }
-                }
-                Err(LockError::Locked)
-            }
+            Backend::Postgres(p) => p
+                .try_acquire(name)
+                .await
+                .map(|t| Holder::new(name, t, |h| Hold::Postgres(Box::new(h)))),
+            Backend::Etcd { session, prefix } => etcd::try_slots(session, prefix, name, self.slots)
+                .await
+                .map(|t| Holder::new(name, t, |g| Hold::Etcd(Some(g)))),
         }
     }
 
@@ -262,7 +198,9 @@ impl Locker {
         let wait = async {
             match &self.backend {
                 Backend::Etcd { session, prefix } => {
-                    wait::etcd_slots(session, prefix, name, self.slots).await
+                    etcd::wait_slots(session, prefix, name, self.slots)
+                        .await
+                        .map(|t| Holder::new(name, t, |g| Hold::Etcd(Some(g))))
                 }
                 _ => wait::polling(|| async { self.try_acquire(name).await }).await,
             }
@@ -272,177 +210,6 @@ impl Locker {
                 .await
                 .unwrap_or(Err(LockError::Timeout)),
             None => wait.await,
-        }
-    }
-}
-
-/// A server backend's request timeout, 10 ms to 5 min; else
-/// [`LockError::BadOptions`] naming `backend`.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-fn check_request_timeout(backend: &str, timeout: Duration) -> Result<(), LockError> {
-    if timeout < Duration::from_millis(10) || timeout > Duration::from_secs(300) {
-        return Err(LockError::BadOptions(format!(
-            "the {backend} request timeout must be 10 ms to 5 min, got {timeout:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// The error of a server backend that gave no answer within `within`.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-fn no_answer(backend: &'static str, within: Duration) -> LockError {
-    LockError::Backend {
-        backend,
-        cause: crate::Cause::msg(format!("no answer within {within:?}")),
-    }
-}
-
-/// Completes once `signal` turns true (a hold's loss, set by its
-/// refresher or connection task); never if its sender is gone first (the
-/// hold was released).
-async fn signalled(signal: &tokio::sync::watch::Receiver<bool>) {
-    let mut signal = signal.clone();
-    if signal.wait_for(|set| *set).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
-fn etcd_name(prefix: &str, name: &str, slot: u32) -> String {
-    if slot == 0 {
-        format!("{prefix}{name}")
-    } else {
-        // Not under slot 0's queue (`prefix + name + "/"`), nor any
-        // other name's: lock names never start with '.'.
-        format!("{prefix}.slots/{name}/{slot}")
-    }
-}
-
-fn etcd_error(e: crate::Error) -> LockError {
-    match e {
-        crate::Error::Locked => LockError::Locked,
-        crate::Error::Timeout => LockError::Timeout,
-        e => LockError::Etcd(e),
-    }
-}
-
-/// One hold of a name: its slot and fencing token, `release`, and `lost`.
-/// Dropping a holder releases it (in the background for etcd; at once
-/// for the others).
-#[derive(Debug)]
-pub struct Holder {
-    name: String,
-    slot: u32,
-    token: FencingToken,
-    hold: Hold,
-}
-
-#[derive(Debug)]
-enum Hold {
-    Memory(memory::MemoryHold),
-    Flock(flock::FlockHold),
-    File(file::FileHold),
-    Etcd(Option<MutexGuard>),
-    #[cfg(all(feature = "redis", not(madsim)))]
-    Redis(Box<redis::RedisHold>),
-    #[cfg(all(feature = "postgres", not(madsim)))]
-    Postgres(Box<postgres::PostgresHold>),
-}
-
-impl Holder {
-    fn etcd(name: &str, slot: u32, guard: MutexGuard) -> Holder {
-        Holder {
-            name: name.to_string(),
-            slot,
-            token: guard.token(),
-            hold: Hold::Etcd(Some(guard)),
-        }
-    }
-
-    /// The name held.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The slot held (0 for a mutex).
-    pub fn slot(&self) -> u32 {
-        self.slot
-    }
-
-    /// The fencing token: strictly greater than every earlier hold's of
-    /// this name. Give it to whatever the lock protects, which refuses
-    /// writes with an older token.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
-    /// Releases the hold. Idempotent: `Released` the first time it really
-    /// released it, `AlreadyGone` when it was released before, or lost
-    /// (taken over, expired) meanwhile.
-    ///
-    /// Cancel safety: cancel-safe: the holder stays; call `release` again (it
-    /// is idempotent) or drop the holder, which releases it.
-    pub async fn release(&mut self) -> Result<Released, LockError> {
-        match &mut self.hold {
-            Hold::Memory(h) => Ok(h.release()),
-            Hold::Flock(h) => Ok(h.release()),
-            Hold::File(h) => h.release(),
-            #[cfg(all(feature = "redis", not(madsim)))]
-            Hold::Redis(h) => h.release().await,
-            #[cfg(all(feature = "postgres", not(madsim)))]
-            Hold::Postgres(h) => h.release().await,
-            Hold::Etcd(guard) => match guard.take() {
-                None => Ok(Released::AlreadyGone),
-                Some(g) if g.has_ended() => Ok(Released::AlreadyGone),
-                Some(g) => g
-                    .unlock()
-                    .await
-                    .map(|()| Released::Released)
-                    .map_err(etcd_error),
-            },
-        }
-    }
-
-    /// Keeps a hold with a TTL alive now (a file lock refreshes its
-    /// marker; etcd's session does it in the background, so this only
-    /// checks the hold is still there). `LockError::NoTtl` for flock and
-    /// memory, whose holds last as long as the holder; `LockError::Lost`
-    /// if the hold is gone.
-    ///
-    /// Cancel safety: cancel-safe: an extension dropped part-way may or may not
-    /// have landed; call `extend` again.
-    pub async fn extend(&mut self) -> Result<(), LockError> {
-        match &mut self.hold {
-            Hold::Memory(_) => Err(LockError::NoTtl("memory")),
-            Hold::Flock(_) => Err(LockError::NoTtl("flock")),
-            Hold::File(h) => h.refresh(),
-            #[cfg(all(feature = "redis", not(madsim)))]
-            Hold::Redis(h) => h.extend().await,
-            #[cfg(all(feature = "postgres", not(madsim)))]
-            Hold::Postgres(_) => Err(LockError::NoTtl("postgres")),
-            Hold::Etcd(Some(g)) if !g.has_ended() => Ok(()),
-            Hold::Etcd(_) => Err(LockError::Lost(LockLost::TakenOver)),
-        }
-    }
-
-    /// Completes when the hold is lost without `release`: taken over,
-    /// removed, expired. Never completes for flock (the kernel holds the
-    /// lock while the process lives) or after `release`.
-    ///
-    /// Cancel safety: cancel-safe (it only waits).
-    pub async fn lost(&self) -> LockLost {
-        match &self.hold {
-            Hold::Memory(h) => h.lost().await,
-            Hold::Flock(_) | Hold::Etcd(None) => std::future::pending().await,
-            Hold::File(h) => h.lost().await,
-            #[cfg(all(feature = "redis", not(madsim)))]
-            Hold::Redis(h) => h.lost().await,
-            #[cfg(all(feature = "postgres", not(madsim)))]
-            Hold::Postgres(h) => h.lost().await,
-            Hold::Etcd(Some(g)) => match g.lost().await {
-                Some(loss) => LockLost::Etcd(loss),
-                // Released: nothing more can happen.
-                None => std::future::pending().await,
-            },
         }
     }
 }

@@ -30,8 +30,8 @@ use coord_core::lock::{Released, Slots};
 use coord_core::FencingToken;
 use tokio_postgres::NoTls;
 
+use super::outcome::{check_request_timeout, no_answer, LockError, LockLost, Taken};
 use super::watchdog::Watchdog;
-use super::{Hold, Holder, LockError, LockLost};
 
 /// Where and how: the server and the slots.
 #[derive(Debug, Clone)]
@@ -122,7 +122,7 @@ impl PostgresLocks {
             .url
             .parse::<tokio_postgres::Config>()
             .map_err(|e| LockError::BadOptions(format!("postgres url: {e}")))?;
-        super::check_request_timeout("postgres", config.request_timeout)?;
+        check_request_timeout("postgres", config.request_timeout)?;
         let options = with_keepalives(parsed.get_options(), config.request_timeout);
         parsed.options(&options);
         Ok(PostgresLocks {
@@ -136,13 +136,13 @@ impl PostgresLocks {
     /// request timeout. A server that does not answer in time (stopped, cut
     /// off) fails the acquire; the connection made so far is dropped,
     /// which ends its session and any lock it took.
-    pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+    pub(super) async fn try_acquire(&self, name: &str) -> Result<Taken<PostgresHold>, LockError> {
         tokio::time::timeout(self.request_timeout, self.acquire(name))
             .await
-            .unwrap_or(Err(super::no_answer("postgres", self.request_timeout)))
+            .unwrap_or(Err(no_answer("postgres", self.request_timeout)))
     }
 
-    async fn acquire(&self, name: &str) -> Result<Holder, LockError> {
+    async fn acquire(&self, name: &str) -> Result<Taken<PostgresHold>, LockError> {
         let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
         let client = Arc::new(client);
         let checked = Arc::clone(&client);
@@ -258,7 +258,7 @@ pub(super) struct PostgresHold {
 impl PostgresHold {
     /// Takes the first free slot of `name` on this connection, then the
     /// next token; closes the connection if none is free.
-    async fn take(mut self, name: &str, slots: Slots) -> Result<Holder, LockError> {
+    async fn take(mut self, name: &str, slots: Slots) -> Result<Taken<PostgresHold>, LockError> {
         for slot in 0..slots.get() {
             let key = advisory_key(name, slot);
             let row = self
@@ -272,11 +272,10 @@ impl PostgresHold {
             }
             self.key = key;
             let token = self.next_token(name).await?;
-            return Ok(Holder {
-                name: name.to_string(),
+            return Ok(Taken {
                 slot,
                 token: FencingToken(token),
-                hold: Hold::Postgres(Box::new(self)),
+                hold: self,
             });
         }
         self.released = true;
@@ -314,7 +313,7 @@ impl PostgresHold {
             // Ending the connection ends the session, and with it the lock,
             // once the server notices.
             self.connection.stop();
-            return Err(super::no_answer("postgres", self.request_timeout));
+            return Err(no_answer("postgres", self.request_timeout));
         };
         let released = match row {
             Ok(r) => r.try_get::<_, bool>(0).unwrap_or(false),

@@ -19,8 +19,8 @@ use coord_core::FencingToken;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
+use super::outcome::{check_request_timeout, no_answer, LockError, LockLost, Taken};
 use super::watchdog::Watchdog;
-use super::{Hold, Holder, LockError, LockLost};
 
 /// Where and how: the server, the slots, the TTL and the key prefix.
 #[derive(Debug, Clone)]
@@ -142,7 +142,7 @@ async fn bounded<T>(
 ) -> Result<T, LockError> {
     match tokio::time::timeout(within, request).await {
         Ok(answer) => answer.map_err(backend),
-        Err(_) => Err(super::no_answer("redis", within)),
+        Err(_) => Err(no_answer("redis", within)),
     }
 }
 
@@ -173,7 +173,7 @@ impl RedisLocks {
                 config.ttl
             )));
         }
-        super::check_request_timeout("redis", config.request_timeout)?;
+        check_request_timeout("redis", config.request_timeout)?;
         let client = redis::Client::open(config.url.as_str())
             .map_err(|e| LockError::BadOptions(format!("redis url: {e}")))?;
         Ok(RedisLocks {
@@ -207,7 +207,7 @@ impl RedisLocks {
         }
     }
 
-    pub(super) async fn try_acquire(&self, name: &str) -> Result<Holder, LockError> {
+    pub(super) async fn try_acquire(&self, name: &str) -> Result<Taken<RedisHold>, LockError> {
         let connect = self.conn.get_or_try_init(|| {
             ConnectionManager::new_with_config(self.client.clone(), self.manager_config())
         });
@@ -223,11 +223,10 @@ impl RedisLocks {
                 bounded(self.request_timeout, invocation.invoke_async(&mut conn)).await?;
             if token > 0 {
                 let hold = RedisHold::start(conn, key, value, self.ttl, self.request_timeout);
-                return Ok(Holder {
-                    name: name.to_string(),
+                return Ok(Taken {
                     slot,
                     token: FencingToken(token),
-                    hold: Hold::Redis(Box::new(hold)),
+                    hold,
                 });
             }
         }

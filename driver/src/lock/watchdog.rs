@@ -7,7 +7,7 @@ use std::future::Future;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::LockLost;
+use super::outcome::LockLost;
 
 /// Runs a hold's background task; the task ending by itself fires the
 /// watchdog with the loss it returns (the hold is lost). Stopping it (or
@@ -110,5 +110,15 @@ mod tests {
         assert!(!dog.has_fired());
         let fired = tokio::time::timeout(Duration::ZERO, dog.fired()).await;
         assert!(fired.is_err(), "fired() completed for a stopped watchdog");
+    }
+}
+
+/// Completes once `signal` turns true (a hold's loss, set by its
+/// refresher or connection task); never if its sender is gone first (the
+/// hold was released).
+pub(super) async fn signalled(signal: &tokio::sync::watch::Receiver<bool>) {
+    let mut signal = signal.clone();
+    if signal.wait_for(|set| *set).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

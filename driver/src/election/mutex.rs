@@ -7,13 +7,15 @@ use std::time::Duration;
 use coord_core::election::Mode;
 use coord_core::Key;
 
-use crate::api::EtcdApi;
 use crate::election::{contend, queue_prefix, Contended, MutexGuard};
 use crate::error::Error;
+use crate::etcd::EtcdApi;
 use crate::session::{Session, SessionOptions};
 
-/// A lock under one name. Holders queue by create revision; the first
-/// holds it. Holding it means holding its [`MutexGuard`]: `token()` for
+/// A lock under one name with a fencing token, key-compatible with etcd's
+/// Go `concurrency.Mutex` (and so with `etcdctl lock`): the queue of an
+/// election, with an empty value. Holders queue by create revision; the
+/// first holds it. Holding it means holding its [`MutexGuard`]: `token()` for
 /// fencing writes, `lost()` for losing it, `txn()` for writes etcd applies
 /// only while it is held, `unlock()`. Dropping a guard unlocks in the
 /// background.

@@ -16,7 +16,7 @@ use coord_core::{Failure, LeaseId, OpId, Revision};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::api::{
+use crate::etcd::{
     outcome, EtcdApi, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents, WatchMessage,
 };
 

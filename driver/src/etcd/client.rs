@@ -9,7 +9,7 @@ use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use coord_core::{LeaseId, Revision};
 use tracing::{debug, warn};
 
-use crate::api::{EtcdApi, EtcdError, Granted};
+use crate::etcd::{EtcdApi, EtcdError, Granted};
 use crate::ProbeHub;
 
 /// Least time between two moves to another member.
@@ -46,7 +46,7 @@ struct Shared {
     /// The member handles use now: its index and client.
     current: RwLock<(usize, etcd_client::Client)>,
     /// How to dial a member (`None`: a client wrapped by [`Client::new`]).
-    dial: Option<(Vec<String>, crate::dial::Dialer)>,
+    dial: Option<(Vec<String>, super::dial::Dialer)>,
     moved_at: Mutex<Option<tokio::time::Instant>>,
     /// Whether it dials etcd over TLS (etcd may refuse a client's
     /// certificate, or its lack of one, only after the handshake, by
@@ -72,7 +72,7 @@ impl Client {
     pub(crate) fn build(
         first: etcd_client::Client,
         current: (usize, etcd_client::Client),
-        dial: Option<(Vec<String>, crate::dial::Dialer)>,
+        dial: Option<(Vec<String>, super::dial::Dialer)>,
         tls: bool,
     ) -> Self {
         Client {
@@ -120,7 +120,7 @@ impl Client {
         let mut maintenance = self.shared.first.maintenance_client();
         match tokio::time::timeout(timeout, maintenance.status()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(match (crate::connect::connect_error(e), self.shared.tls) {
+            Ok(Err(e)) => Err(match (super::adapter::connect_error(e), self.shared.tls) {
                 (crate::Error::Unreachable(m), true) if closed_after_connecting(m.text()) => {
                     crate::Error::Tls(m.context(
                         "etcd closed the connection after the TLS handshake: it may want \

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
-use crate::api::EtcdApi;
 use crate::election::Election;
 use crate::error::Error;
+use crate::etcd::EtcdApi;
+use crate::runtime::status::LeaseStatus;
 use crate::session::{Session, SessionOptions};
-use crate::status::LeaseStatus;
 
 /// A pool's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +26,10 @@ pub struct PoolStats {
     pub ttl: Duration,
 }
 
-/// Elections for many names sharing one session. When the session's lease
-/// is lost, every leadership borrowed from the pool reports lost and later
+/// Elections for many names sharing one session: one lease and one
+/// keep-alive stream however many names (go-coord's pool holds a session
+/// per name), so keep-alive load does not grow with names. When the
+/// session's lease is lost, every leadership borrowed from the pool reports lost and later
 /// campaigns use the new lease: a dead session is never handed out.
 #[derive(Debug, Clone)]
 pub struct ElectionPool {

@@ -24,26 +24,31 @@
 //! - Dropping every handle of a session without `close` is an ungraceful
 //!   close: its keys go when the lease expires, about one TTL later.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod client;
+mod protocol;
+mod task;
+
+pub(crate) use client::SessionClient;
+pub(crate) use protocol::{Counters, Deadline, Phase, Request};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use coord_core::election::{Answer, AskedBy, ElectionEvent, ElectionId, Loss, Mode};
-use coord_core::kv::KeyValue;
-use coord_core::lease::LeaseState;
-use coord_core::session::{Event, Input, Session as Machine, SessionConfig};
-use coord_core::{BackoffConfig, FencingToken, Instant, Key, LeaseId, StartPolicy};
+use coord_core::election::ElectionId;
+use coord_core::session::{Session as SessionMachine, SessionConfig};
+use coord_core::{BackoffConfig, Instant, LeaseId, StartPolicy};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
-use tracing::{debug, warn};
 
-use crate::api::EtcdApi;
-use crate::backend::{Backend, Shared};
-use crate::clock::Clock;
+use crate::election::ObserveSettings;
 use crate::error::Error;
-use crate::runner::{run, Host};
-use crate::status::{first_lease, LeaseReporter, LeaseStatus};
+use crate::etcd::EtcdApi;
+use crate::runtime::clock::Clock;
+use crate::runtime::runner::run;
+use crate::runtime::status::{first_lease, LeaseReporter, LeaseStatus};
+use client::Erased;
+use task::SessionAdapter;
 
 /// Options of [`Session::new`] (and of a standalone election, a lock, a
 /// pool).
@@ -125,63 +130,6 @@ impl Default for SessionOptions {
     }
 }
 
-/// Where a campaign is, as its handles see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Phase {
-    Campaigning,
-    Leading {
-        key: Key,
-        lease: LeaseId,
-        token: FencingToken,
-    },
-    NotElected {
-        leader: Option<KeyValue>,
-    },
-    Lost(Loss),
-    Left,
-    Refused(Error),
-}
-
-impl Phase {
-    pub(crate) fn is_over(&self) -> bool {
-        !matches!(self, Phase::Campaigning | Phase::Leading { .. })
-    }
-}
-
-/// What the handles ask of the session's loop.
-pub(crate) enum Request {
-    Campaign {
-        id: ElectionId,
-        name: Key,
-        value: Vec<u8>,
-        mode: Mode,
-        phase: watch::Sender<Phase>,
-    },
-    Leave {
-        id: ElectionId,
-    },
-    Ask {
-        id: ElectionId,
-        asked: AskedBy,
-        reply: oneshot::Sender<Answer>,
-    },
-    Close,
-}
-
-/// The lease's proof of life, for `is_leader()` checks at call time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Deadline {
-    pub(crate) lease: Option<LeaseId>,
-    pub(crate) expires_at: Option<Instant>,
-}
-
-/// A session's counters, for a pool's `stats()`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Counters {
-    pub(crate) campaigns: usize,
-    pub(crate) heals: u64,
-}
-
 #[derive(Debug)]
 struct Inner {
     requests: mpsc::UnboundedSender<Request>,
@@ -195,7 +143,7 @@ struct Inner {
     backoff: BackoffConfig,
     seed: u64,
     next_id: AtomicU64,
-    backend: Arc<dyn Backend>,
+    client: Arc<dyn SessionClient>,
 }
 
 /// A lease kept alive in the background, shared by the elections and
@@ -217,25 +165,21 @@ impl Session {
             .seed
             .unwrap_or_else(|| crate::liveness::default_seed("session"));
         let config = opts.config(seed);
-        let machine = Machine::new(config)?;
+        let machine = SessionMachine::new(config)?;
         let clock = Clock::start();
         let (requests, requests_rx) = mpsc::unbounded_channel();
         let (status_tx, status) = watch::channel(LeaseStatus::Registering);
         let (deadline_tx, deadline) = watch::channel(Deadline::default());
         let (counters_tx, counters) = watch::channel(Counters::default());
         let (ready_tx, ready_rx) = oneshot::channel();
-        let host = SessionHost {
-            reporter: LeaseReporter::new("session", clock, status_tx, ready_tx),
-            deadline: deadline_tx,
-            counters: counters_tx,
-            heals: 0,
-            campaigns: BTreeMap::new(),
-            eventful: BTreeSet::new(),
-            next_request: 0,
-        };
-        let backend: Arc<dyn Backend> = Arc::new(Shared(client.clone()));
+        let adapter = SessionAdapter::new(
+            LeaseReporter::new("session", clock, status_tx, ready_tx),
+            deadline_tx,
+            counters_tx,
+        );
+        let backend: Arc<dyn SessionClient> = Arc::new(Erased(client.clone()));
         let span = tracing::info_span!("session", lease = tracing::field::Empty);
-        tokio::spawn(run(client, machine, host, clock, requests_rx).instrument(span));
+        tokio::spawn(run(client, machine, adapter, clock, requests_rx).instrument(span));
         let session = Session {
             inner: Arc::new(Inner {
                 requests,
@@ -249,7 +193,7 @@ impl Session {
                 backoff: opts.backoff,
                 seed,
                 next_id: AtomicU64::new(1),
-                backend,
+                client: backend,
             }),
         };
         if !opts.retry_first_grant {
@@ -339,211 +283,22 @@ impl Session {
         *self.inner.counters.borrow()
     }
 
-    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
-        &self.inner.backend
+    pub(crate) fn client(&self) -> &Arc<dyn SessionClient> {
+        &self.inner.client
     }
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.inner.request_timeout
     }
 
-    /// The mirror settings an observer of this session's elections uses.
-    pub(crate) fn watch_settings(&self) -> (Duration, Duration, BackoffConfig, u64) {
-        (
-            self.inner.request_timeout,
-            self.inner.probe_interval,
-            self.inner.backoff.clone(),
-            self.inner.seed,
-        )
-    }
-}
-
-/// A campaign as the loop tracks it: its phase, and answers owed.
-struct Campaign {
-    /// When the campaign began (for the wait metric).
-    started: tokio::time::Instant,
-    phase: watch::Sender<Phase>,
-    answers: BTreeMap<u64, oneshot::Sender<Answer>>,
-}
-
-/// The session loop's side of the handles.
-struct SessionHost {
-    reporter: LeaseReporter,
-    deadline: watch::Sender<Deadline>,
-    counters: watch::Sender<Counters>,
-    heals: u64,
-    campaigns: BTreeMap<ElectionId, Campaign>,
-    /// Campaigns that had an event since the outputs were last drained:
-    /// only those may have become over (a pool of thousands is not
-    /// looked over after every input).
-    eventful: BTreeSet<ElectionId>,
-    next_request: u64,
-}
-
-impl Host<Machine> for SessionHost {
-    type Request = Request;
-
-    fn start(&mut self, now: Instant, machine: &mut Machine) {
-        if let Err(e) = machine.handle(now, Input::Start) {
-            warn!(error = %e, "session refused to start");
+    /// The settings an observer of this session's elections uses.
+    pub(crate) fn observe_settings(&self) -> ObserveSettings {
+        ObserveSettings {
+            request_timeout: self.inner.request_timeout,
+            probe_interval: self.inner.probe_interval,
+            backoff: self.inner.backoff.clone(),
+            seed: self.inner.seed,
         }
-    }
-
-    fn request(&mut self, now: Instant, machine: &mut Machine, request: Request) {
-        match request {
-            Request::Campaign {
-                id,
-                name,
-                value,
-                mode,
-                phase,
-            } => {
-                let input = Input::Campaign {
-                    id,
-                    name,
-                    value,
-                    mode,
-                };
-                match machine.handle(now, input) {
-                    Ok(()) => {
-                        self.campaigns.insert(
-                            id,
-                            Campaign {
-                                started: tokio::time::Instant::now(),
-                                phase,
-                                answers: BTreeMap::new(),
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        phase.send_replace(Phase::Refused(Error::from(e)));
-                    }
-                }
-            }
-            Request::Leave { id } => {
-                // An election already over has nothing to leave.
-                let _ = machine.handle(now, Input::Leave { id });
-            }
-            Request::Ask { id, asked, reply } => {
-                self.next_request += 1;
-                let request = self.next_request;
-                let input = match asked {
-                    AskedBy::Proclaim(value) => Input::Proclaim { id, request, value },
-                    AskedBy::Txn(txn) => Input::Txn { id, request, txn },
-                };
-                match (machine.handle(now, input), self.campaigns.get_mut(&id)) {
-                    (Ok(()), Some(c)) => {
-                        c.answers.insert(request, reply);
-                    }
-                    _ => {
-                        let _ = reply.send(Answer::NotLeader);
-                    }
-                }
-            }
-            Request::Close => {
-                if let Err(e) = machine.handle(now, Input::Close) {
-                    debug!(error = %e, "close refused");
-                }
-            }
-        }
-    }
-
-    fn publish(&mut self, _now: Instant, event: Event) {
-        match event {
-            Event::Lease(e) => {
-                if matches!(e, coord_core::lease::Event::Reregistered { .. }) {
-                    self.heals += 1;
-                }
-                self.reporter.event(&e);
-            }
-            Event::Election { id, event } => {
-                self.eventful.insert(id);
-                self.election_event(id, event);
-            }
-        }
-    }
-
-    fn drained(&mut self, machine: &Machine) {
-        self.reporter.state(machine.state());
-        self.reporter.expiry(machine.expires_at());
-        let deadline = Deadline {
-            lease: machine.lease(),
-            expires_at: machine.expires_at(),
-        };
-        // Read with `borrow` only (nothing awaits a change): replaced.
-        self.deadline.send_replace(deadline);
-        // A campaign whose phase is final and owes no answer is forgotten;
-        // one whose every handle is gone is left. Only an event makes a
-        // phase final or answers the last request.
-        for id in std::mem::take(&mut self.eventful) {
-            if self
-                .campaigns
-                .get(&id)
-                .is_some_and(|c| c.phase.borrow().is_over() && c.answers.is_empty())
-            {
-                self.campaigns.remove(&id);
-            }
-        }
-        let counters = Counters {
-            campaigns: machine.elections(),
-            heals: self.heals,
-        };
-        self.counters.send_replace(counters);
-        if matches!(machine.state(), LeaseState::Closed { .. }) {
-            self.end_campaigns();
-        }
-    }
-
-    fn orphaned(&mut self, _machine: &Machine) {
-        self.reporter.abandoned();
-    }
-
-    fn ended(&mut self, _machine: &Machine) {
-        self.end_campaigns();
-    }
-}
-
-impl SessionHost {
-    /// No lease will come: every campaign the machine did not end is lost
-    /// with the session (the machine ends each one before it closes, so
-    /// this is a net for one it missed), and all are forgotten.
-    fn end_campaigns(&mut self) {
-        for (_, c) in std::mem::take(&mut self.campaigns) {
-            if !c.phase.borrow().is_over() {
-                c.phase.send_replace(Phase::Lost(Loss::SessionClosed));
-            }
-        }
-    }
-
-    fn election_event(&mut self, id: ElectionId, event: ElectionEvent) {
-        let Some(c) = self.campaigns.get_mut(&id) else {
-            return;
-        };
-        let phase = match event {
-            ElectionEvent::Elected { key, lease, token } => {
-                crate::telemetry::election_won(c.started.elapsed());
-                debug!(election = id.0, %key, token = token.0, "elected");
-                Phase::Leading { key, lease, token }
-            }
-            ElectionEvent::NotElected { leader } => Phase::NotElected { leader },
-            ElectionEvent::Lost { reason } => {
-                crate::telemetry::election_lost(&reason);
-                debug!(election = id.0, %reason, "campaign or leadership lost");
-                Phase::Lost(reason)
-            }
-            ElectionEvent::Left => Phase::Left,
-            ElectionEvent::Answered { request, answer } => {
-                if let Some(reply) = c.answers.remove(&request) {
-                    let _ = reply.send(answer);
-                }
-                return;
-            }
-            ElectionEvent::Retrying(retry) => {
-                debug!(election = id.0, attempt = retry.attempt, failure = ?retry.failure, "campaign retrying");
-                return;
-            }
-        };
-        c.phase.send_replace(phase);
     }
 }
 

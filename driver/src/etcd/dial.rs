@@ -9,8 +9,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 
+use super::tls::TlsOptions;
 use crate::error::Error;
-use crate::tls::TlsOptions;
 
 /// How a member (or every endpoint) is dialled.
 #[derive(Clone)]

@@ -3,10 +3,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::adapter::connect_error;
+use super::dial::Dialer;
+use super::tls::TlsOptions;
 use crate::cause::Cause;
-use crate::dial::Dialer;
 use crate::error::Error;
-use crate::tls::TlsOptions;
 
 /// Spreads the clients of one process over the members.
 static NEXT_START: AtomicU64 = AtomicU64::new(0);
@@ -159,54 +160,4 @@ pub async fn connect<E: AsRef<str>>(
         Some((dial, dialer)),
         tls,
     ))
-}
-
-/// An etcd-client error met while connecting or checking, as a typed
-/// error whose text carries every cause (a TLS failure is only named deep
-/// in the transport error's sources).
-pub(crate) fn connect_error(e: etcd_client::Error) -> Error {
-    use tonic::Code;
-    let text = describe(&e);
-    let lower = text.to_lowercase();
-    let tls = ["certificate", "tls", "handshake", "x509", "unknownissuer"]
-        .iter()
-        .any(|w| lower.contains(w));
-    match &e {
-        etcd_client::Error::GRpcStatus(s)
-            if s.code() == Code::Unauthenticated
-                || s.code() == Code::PermissionDenied
-                || s.message().contains("authentication failed")
-                || s.message().contains("user name is empty")
-                || s.message().contains("invalid auth token") =>
-        {
-            Error::Auth(Cause::described(text, e))
-        }
-        _ if tls => Error::Tls(Cause::described(text, e)),
-        etcd_client::Error::GRpcStatus(s)
-            if matches!(
-                s.code(),
-                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
-            ) =>
-        {
-            Error::Unreachable(Cause::described(text, e))
-        }
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
-            Error::Unreachable(Cause::described(text, e))
-        }
-        _ => Error::Connect(Cause::described(text, e)),
-    }
-}
-
-/// `e` and each of its sources, joined by ": " (repeats dropped).
-pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(e);
-    while let Some(err) = next {
-        let s = err.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        next = err.source();
-    }
-    parts.join(": ")
 }

@@ -32,12 +32,12 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tracing::Instrument;
 use tracing::{debug, info, warn};
 
-use crate::api::EtcdApi;
-use crate::clock::Clock;
 use crate::error::Error;
+use crate::etcd::EtcdApi;
 use crate::metadata::{validate_host_id, HostMetadata, MAX_METADATA_LEN};
-use crate::runner::{run, Host};
-use crate::status::{first_lease, LeaseReporter, LeaseStatus};
+use crate::runtime::clock::Clock;
+use crate::runtime::runner::{run, Adapter};
+use crate::runtime::status::{first_lease, LeaseReporter, LeaseStatus};
 
 /// go-coord's default key prefix for hosts.
 pub const DEFAULT_PREFIX: &str = "/coord/hosts/";
@@ -225,13 +225,13 @@ impl HostLiveness {
         let (status_tx, status) = watch::channel(LivenessStatus::Registering);
         let (events, _) = broadcast::channel(64);
         let (ready_tx, ready_rx) = oneshot::channel();
-        let host = LivenessHost {
+        let adapter = LivenessAdapter {
             reporter: LeaseReporter::new("liveness", clock, status_tx, ready_tx),
             slot: None,
             events: events.clone(),
         };
         let span = tracing::info_span!("liveness", key = %key, lease = tracing::field::Empty);
-        tokio::spawn(run(client, machine, host, clock, requests_rx).instrument(span));
+        tokio::spawn(run(client, machine, adapter, clock, requests_rx).instrument(span));
         let handle = HostLiveness {
             key,
             requests,
@@ -323,14 +323,14 @@ fn seed_of(host_id: &str, started_ns: i64) -> u64 {
 
 /// The liveness loop's side of the handle: the state and events it
 /// publishes, and the answer `register` waits for.
-struct LivenessHost {
+struct LivenessAdapter {
     reporter: LeaseReporter,
     events: broadcast::Sender<Event>,
     /// The fleet slot last logged: a census that changes it is logged.
     slot: Option<coord_core::Slot>,
 }
 
-impl Host<Liveness> for LivenessHost {
+impl Adapter<Liveness> for LivenessAdapter {
     type Request = Stop;
 
     fn start(&mut self, now: Instant, machine: &mut Liveness) {

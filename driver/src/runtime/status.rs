@@ -8,8 +8,8 @@ use coord_core::{AttemptFailure, LeaseId, Revision};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 
-use crate::clock::Clock;
 use crate::error::Error;
+use crate::runtime::clock::Clock;
 
 /// The state of a handle's lease, as its `state()` receiver reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

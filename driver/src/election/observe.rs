@@ -1,17 +1,27 @@
 //! `Observe`: the stream of an election's leaders, on a loop of its own.
 
+use std::time::Duration;
+
 use coord_core::mirror::MirrorConfig;
 use coord_core::observer::{Event, Input, Leader, Observer};
 use coord_core::{BackoffConfig, Instant, Revision, StartPolicy};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
-use crate::api::EtcdApi;
-use crate::clock::Clock;
-use crate::election::queue_prefix;
-use crate::error::Error;
-use crate::runner::{run, Host};
-use crate::status::ViewStatus;
+use crate::etcd::EtcdApi;
+use crate::runtime::clock::Clock;
+use crate::runtime::runner::{run, Adapter};
+use crate::runtime::status::ViewStatus;
+
+/// How an observer retries and seeds its jitter: its session's settings.
+#[derive(Debug, Clone)]
+pub(crate) struct ObserveSettings {
+    pub(crate) request_timeout: Duration,
+    pub(crate) probe_interval: Duration,
+    pub(crate) backoff: BackoffConfig,
+    /// The session's seed (the observer draws its own from it).
+    pub(crate) seed: u64,
+}
 
 /// One observation: who leads, as of a revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,45 +43,16 @@ pub struct Observe {
 }
 
 impl Observe {
-    /// Observes the election `name` without a session (nothing is
-    /// written): the same stream as [`Election::observe`](crate::Election::observe).
-    /// Fails only on a bad name.
-    pub fn start<A: EtcdApi>(client: A, name: &str) -> Result<Observe, Error> {
-        Self::start_with(client, name, &crate::SessionOptions::default())
-    }
-
-    /// [`start`](Self::start) with the request timeout, probe interval,
-    /// backoff and seed of `opts` (the rest is unused).
-    pub fn start_with<A: EtcdApi>(
-        client: A,
-        name: &str,
-        opts: &crate::SessionOptions,
-    ) -> Result<Observe, Error> {
-        let seed = opts
-            .seed
-            .unwrap_or_else(|| crate::liveness::default_seed(name));
-        Ok(Self::spawn(
-            client,
-            queue_prefix(name)?,
-            (
-                opts.request_timeout,
-                opts.probe_interval,
-                opts.backoff.clone(),
-                seed,
-            ),
-        ))
-    }
-
     /// Runs an observer of `prefix` on a loop of its own.
     pub(crate) fn spawn<A: EtcdApi>(
         client: A,
         prefix: coord_core::Key,
-        (request_timeout, probe_interval, backoff, seed): (
-            std::time::Duration,
-            std::time::Duration,
-            BackoffConfig,
-            u64,
-        ),
+        ObserveSettings {
+            request_timeout,
+            probe_interval,
+            backoff,
+            seed,
+        }: ObserveSettings,
     ) -> Observe {
         let prefix_text = prefix.to_string();
         let config = MirrorConfig {
@@ -87,7 +68,7 @@ impl Observe {
         match Observer::new(config) {
             Ok(observer) => {
                 let clock = Clock::start();
-                let host = ObserveHost {
+                let adapter = ObserverAdapter {
                     events: events_tx,
                     status: status_tx,
                     clock,
@@ -95,7 +76,7 @@ impl Observe {
                 };
                 let span = tracing::info_span!("observe", name = %prefix_text);
                 tokio::spawn(tracing::Instrument::instrument(
-                    run(client, observer, host, clock, close_rx),
+                    run(client, observer, adapter, clock, close_rx),
                     span,
                 ));
             }
@@ -170,14 +151,14 @@ enum Seen {
 }
 
 /// The observer loop's side of an [`Observe`].
-pub(crate) struct ObserveHost {
+pub(crate) struct ObserverAdapter {
     events: mpsc::UnboundedSender<Observed>,
     status: watch::Sender<ViewStatus>,
     clock: Clock,
     seen: Seen,
 }
 
-impl Host<Observer> for ObserveHost {
+impl Adapter<Observer> for ObserverAdapter {
     type Request = ();
 
     fn start(&mut self, now: Instant, machine: &mut Observer) {

@@ -1,18 +1,5 @@
-//! The `EtcdApi` trait: the few etcd operations coord's driver needs, in the
-//! driver's own types. The real implementation wraps `etcd-client`
-//! ([`Client`](crate::Client), and `etcd_client::Client` itself); coord's
-//! simulator implements it over a model of etcd.
-//!
-//! # An extension point
-//!
-//! Every handle takes any `EtcdApi`, so a wrapper of your own can inject
-//! faults (delay, drop or fail requests, cut streams), record what coord
-//! asks, or carry coord over another transport. Implementations must keep
-//! the contracts written on each method: one answer per request, streams
-//! that end (rather than hang) when their server is gone, and no panic on
-//! anything the server sends. Methods added in later versions come with a
-//! default implementation, so implementing the trait is not broken by a
-//! minor release.
+//! The `EtcdApi` trait and the types it speaks (see the module docs of
+//! [`etcd`](crate::etcd)).
 
 use std::future::Future;
 
@@ -103,7 +90,7 @@ pub(crate) fn outcome<T>(r: Result<T, EtcdError>) -> Outcome<T> {
     }
 }
 
-/// The etcd operations coord needs (see the [module docs](self) for
+/// The etcd operations coord needs (see the [module docs](crate::etcd) for
 /// implementing it). Implementations must be cheap to clone (each request
 /// runs on its own task with its own clone) and must never panic on
 /// anything the server sends. The provided `probe_hub`, `for_probe` and

@@ -1,4 +1,5 @@
-//! `EtcdApi` on the real `etcd-client` (not built under the simulator).
+//! `EtcdApi` on the real `etcd-client` (not built under the simulator):
+//! error classification and the stream types.
 
 use coord_core::io::{
     Compare, CompareOp, CompareTarget, Consistency, Get, Listing, MessageKind, RangeRequest, Sort,
@@ -9,7 +10,9 @@ use coord_core::{ClusterId, Key, LeaseId, Revision};
 use etcd_client::{Client, EventType, GetOptions, PutOptions, SortOrder, SortTarget, WatchOptions};
 use tonic::Code;
 
-use crate::api::{
+use crate::cause::Cause;
+use crate::error::Error;
+use crate::etcd::{
     EtcdApi, EtcdError, Granted, KeepAliveReplies, KeepAliveSender, WatchControl, WatchEvents,
     WatchMessage,
 };
@@ -447,6 +450,56 @@ impl EtcdApi for Client {
         keeper.keep_alive().await.map_err(classify)?;
         Ok((Keeper(keeper), Replies(replies)))
     }
+}
+
+/// An etcd-client error met while connecting or checking, as a typed
+/// error whose text carries every cause (a TLS failure is only named deep
+/// in the transport error's sources).
+pub(crate) fn connect_error(e: etcd_client::Error) -> Error {
+    use tonic::Code;
+    let text = describe(&e);
+    let lower = text.to_lowercase();
+    let tls = ["certificate", "tls", "handshake", "x509", "unknownissuer"]
+        .iter()
+        .any(|w| lower.contains(w));
+    match &e {
+        etcd_client::Error::GRpcStatus(s)
+            if s.code() == Code::Unauthenticated
+                || s.code() == Code::PermissionDenied
+                || s.message().contains("authentication failed")
+                || s.message().contains("user name is empty")
+                || s.message().contains("invalid auth token") =>
+        {
+            Error::Auth(Cause::described(text, e))
+        }
+        _ if tls => Error::Tls(Cause::described(text, e)),
+        etcd_client::Error::GRpcStatus(s)
+            if matches!(
+                s.code(),
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+            ) =>
+        {
+            Error::Unreachable(Cause::described(text, e))
+        }
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            Error::Unreachable(Cause::described(text, e))
+        }
+        _ => Error::Connect(Cause::described(text, e)),
+    }
+}
+
+/// `e` and each of its sources, joined by ": " (repeats dropped).
+pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let s = err.to_string();
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
 }
 
 #[cfg(test)]

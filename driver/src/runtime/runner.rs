@@ -1,5 +1,5 @@
 //! The one run loop every handle uses: feed the machine its inputs, execute
-//! its commands, hand its events to the handle's [`Host`], and sleep until
+//! its commands, hand its events to the handle's [`Adapter`], and sleep until
 //! its next deadline. Only this loop reads the clock.
 
 use std::future::Future;
@@ -11,14 +11,15 @@ use coord_core::{Instant, Machine};
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use crate::api::EtcdApi;
-use crate::clock::Clock;
-use crate::exec::{sleep_until, Executor};
-use crate::probe::News;
+use crate::etcd::EtcdApi;
+use crate::etcd::News;
+use crate::runtime::clock::Clock;
+use crate::runtime::exec::{sleep_until, Executor};
+use crate::runtime::probe;
 
 /// What a handle adds to the run loop: how user requests reach the machine,
 /// where its events go, and (for a watcher) backpressure.
-pub(crate) trait Host<M: Machine>: Send + 'static {
+pub(crate) trait Adapter<M: Machine>: Send + 'static {
     /// What the user's handles send to the loop.
     type Request: Send + 'static;
 
@@ -41,13 +42,13 @@ pub(crate) trait Host<M: Machine>: Send + 'static {
     /// The loop ended (the machine closed, or every handle is gone).
     fn ended(&mut self, _machine: &M) {}
 
-    /// False while the host cannot take more watch messages: the streams
+    /// False while the adapter cannot take more watch messages: the streams
     /// are then not read.
     fn room(&self) -> bool {
         true
     }
 
-    /// Completes when the host delivered something to its user (a watcher
+    /// Completes when the adapter delivered something to its user (a watcher
     /// handing an event to a slow consumer); never, by default.
     fn deliver(&mut self) -> impl Future<Output = ()> + Send {
         std::future::pending()
@@ -105,38 +106,38 @@ fn feed<M: Machine>(clock: &Clock, machine: &mut M, input: M::Input) {
 }
 
 /// Hands the machine's commands to the executor and its events to the
-/// host, then tells the host the outputs are drained.
-fn drain<A: EtcdApi, M: Machine, H: Host<M>>(
+/// adapter, then tells the adapter the outputs are drained.
+fn drain<A: EtcdApi, M: Machine, H: Adapter<M>>(
     clock: &Clock,
     machine: &mut M,
     exec: &mut Executor<A>,
-    host: &mut H,
+    adapter: &mut H,
 ) {
     while let Some(output) = machine.poll() {
         match output {
             Output::Command(c) => exec.execute(c),
-            Output::Event(e) => host.publish(clock.now(), e),
+            Output::Event(e) => adapter.publish(clock.now(), e),
         }
     }
-    host.drained(machine);
+    adapter.drained(machine);
 }
 
 /// For [`CATCH_UP`], reads every completion and watch message as it
-/// becomes readable (watch messages while the host has room), then stops,
+/// becomes readable (watch messages while the adapter has room), then stops,
 /// however much is still coming. The answers that arrived while this
 /// process was not running, or while its streams were not read, are read
 /// before a deadline is judged, even when reading one takes a turn of the
 /// runtime (a stream polled for the first time since).
-async fn read_for_a_while<A: EtcdApi, M: Machine, H: Host<M>>(
+async fn read_for_a_while<A: EtcdApi, M: Machine, H: Adapter<M>>(
     clock: &Clock,
     machine: &mut M,
     exec: &mut Executor<A>,
-    host: &mut H,
+    adapter: &mut H,
     done: &mut mpsc::UnboundedReceiver<Completion>,
 ) {
     let end = tokio::time::Instant::now() + CATCH_UP;
     while tokio::time::Instant::now() < end && !machine.is_closed() {
-        let room = host.room();
+        let room = adapter.room();
         let c = tokio::select! {
             biased;
             Some(c) = done.recv() => c,
@@ -145,7 +146,7 @@ async fn read_for_a_while<A: EtcdApi, M: Machine, H: Host<M>>(
         };
         exec.arrived(&c);
         feed(clock, machine, M::Input::from(c));
-        drain(clock, machine, exec, host);
+        drain(clock, machine, exec, adapter);
     }
 }
 
@@ -154,23 +155,23 @@ async fn read_for_a_while<A: EtcdApi, M: Machine, H: Host<M>>(
 pub(crate) async fn run<A, M, H>(
     api: A,
     mut machine: M,
-    mut host: H,
+    mut adapter: H,
     clock: Clock,
     mut requests: mpsc::UnboundedReceiver<H::Request>,
 ) where
     A: EtcdApi,
     M: Machine + Send,
-    H: Host<M>,
+    H: Adapter<M>,
 {
     let (done_tx, mut done) = mpsc::unbounded_channel::<Completion>();
     // Probing for etcd's return while the machine backs off: shared with
     // the client's other handles when the client has a hub.
     let hub = api.probe_hub().unwrap_or_default();
-    hub.start(&api);
+    probe::start(&hub, &api);
     let mut probe = hub.member();
     let mut last_silences = 0;
     let mut exec = Executor::new(api, done_tx);
-    host.start(clock.now(), &mut machine);
+    adapter.start(clock.now(), &mut machine);
     let mut turns: u32 = 0;
     // A deadline came while the streams were not read (the consumer was
     // behind): what arrived meanwhile is read before it is judged.
@@ -183,7 +184,7 @@ pub(crate) async fn run<A, M, H>(
             // budget does this too, but not every runtime has one.
             tokio::task::yield_now().await;
         }
-        drain(&clock, &mut machine, &mut exec, &mut host);
+        drain(&clock, &mut machine, &mut exec, &mut adapter);
         if machine.is_closed() {
             break;
         }
@@ -194,7 +195,7 @@ pub(crate) async fn run<A, M, H>(
             probe.silence();
         }
         let deadline = machine.poll_timeout().map(|d| clock.to_runtime(d));
-        let room = host.room();
+        let room = adapter.room();
         // While the streams are not read (the consumer is behind), their
         // silence proves nothing: the machine's timers (an unanswered
         // progress probe) wait until they are read again, and the first
@@ -211,7 +212,7 @@ pub(crate) async fn run<A, M, H>(
                 // This process was not running (a GC pause, SIGSTOP), or
                 // its streams were not read: answers that arrived
                 // meanwhile are read first.
-                read_for_a_while(&clock, &mut machine, &mut exec, &mut host, &mut done).await;
+                read_for_a_while(&clock, &mut machine, &mut exec, &mut adapter, &mut done).await;
             }
             catch_up(&clock, &mut machine, &mut exec, &mut done).await;
             feed(&clock, &mut machine, M::timeout_input());
@@ -225,15 +226,15 @@ pub(crate) async fn run<A, M, H>(
             }
             request = requests.recv() => match request {
                 Some(r) => {
-                    host.request(clock.now(), &mut machine, r);
+                    adapter.request(clock.now(), &mut machine, r);
                     continue;
                 }
                 None => {
-                    host.orphaned(&machine);
+                    adapter.orphaned(&machine);
                     break;
                 }
             },
-            () = host.deliver() => continue,
+            () = adapter.deliver() => continue,
             news = probe.news() => match news {
                 News::Silent => M::silent_input(),
                 News::Returned(sent) => M::returned_input(clock.of_runtime(sent)),
@@ -248,7 +249,7 @@ pub(crate) async fn run<A, M, H>(
         feed(&clock, &mut machine, input);
     }
     // Every request and stream still running is stopped (dropping the
-    // executor aborts its tasks) before the host hears the loop ended.
+    // executor aborts its tasks) before the adapter hears the loop ended.
     drop(exec);
-    host.ended(&machine);
+    adapter.ended(&machine);
 }
