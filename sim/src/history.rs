@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use coord::{Error, LivenessEvent, LivenessStatus};
 
-use crate::schedule::Fault;
+pub use crate::etcd::model::DeleteCause;
+use crate::faults::schedule::Fault;
 
 /// Sampling period of the observer.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -374,7 +375,7 @@ pub struct LogEntry {
     /// The lease.
     pub lease: i64,
     /// Why a delete happened.
-    pub cause: Option<crate::model::DeleteCause>,
+    pub cause: Option<DeleteCause>,
 }
 
 /// The kind of a watcher event.
@@ -545,4 +546,20 @@ pub struct LeaseLife {
     pub granted_at: u64,
     /// When it was revoked, expired or wiped, virtual ms.
     pub ended_at: Option<u64>,
+}
+
+/// The fenced resource every leader of `name` writes its token to.
+pub fn resource_key(name: &str) -> String {
+    format!("/res/{name}")
+}
+
+/// The client id of contender `c`'s `incarnation` (the recorder and the
+/// server's lease owners use it).
+pub fn client_id(c: usize, incarnation: u64) -> u64 {
+    (2 << 48) | (u64::try_from(c).unwrap_or(0) << 32) | (incarnation & 0xffff_ffff)
+}
+
+/// The contender a client id belongs to, if it is one's.
+pub fn contender_of(client: u64) -> Option<usize> {
+    (client >> 48 == 2).then(|| usize::try_from((client >> 32) & 0xffff).unwrap_or(usize::MAX))
 }

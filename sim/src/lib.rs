@@ -10,66 +10,27 @@
 
 #![forbid(unsafe_code)]
 
+// The layers, each built on the ones listed before it: the etcd model and
+// its server and client; the fault schedule; the history a run records;
+// the checks, which read only the history, the schedule and their bounds;
+// the world of processes under test and the fault injector; the runs; the
+// report. ARCHITECTURE.md draws them.
 #[cfg(madsim)]
-pub mod api_checker;
+pub mod etcd;
 #[cfg(madsim)]
-pub mod bounds;
-#[cfg(all(madsim, test))]
-mod busy_loop_tests;
-#[cfg(all(madsim, test))]
-mod catch_up_tests;
-#[cfg(madsim)]
-pub mod checker;
-#[cfg(madsim)]
-pub mod client;
-#[cfg(madsim)]
-pub mod compare;
-#[cfg(madsim)]
-pub mod contenders;
-#[cfg(madsim)]
-pub mod election_checker;
-#[cfg(all(madsim, test))]
-mod fleet_slot_tests;
-#[cfg(madsim)]
-pub mod harness;
+pub mod faults;
 #[cfg(madsim)]
 pub mod history;
-#[cfg(all(madsim, test))]
-mod metrics_tests;
-pub mod model;
+
 #[cfg(madsim)]
-pub mod observe_checker;
-#[cfg(all(madsim, test))]
-mod observe_options_tests;
+pub mod check;
 #[cfg(madsim)]
-pub mod pinned;
-#[cfg(all(madsim, test))]
-mod pool_tests;
-#[cfg(all(madsim, test))]
-mod probe_hub_tests;
-#[cfg(madsim)]
-pub mod process;
-#[cfg(all(madsim, test))]
-mod quiet_streams_tests;
-#[cfg(all(madsim, test))]
-mod register_tests;
+pub mod world;
+
 #[cfg(madsim)]
 pub mod report;
 #[cfg(madsim)]
-pub mod runner;
-#[cfg(madsim)]
-pub mod schedule;
-#[cfg(madsim)]
-pub mod server;
+pub mod run;
+
 #[cfg(all(madsim, test))]
-mod task_leak_tests;
-#[cfg(all(madsim, test))]
-mod test_fakes;
-#[cfg(all(madsim, test))]
-mod watcher_backpressure_tests;
-#[cfg(madsim)]
-pub mod watcher_checker;
-#[cfg(all(madsim, test))]
-mod watcher_close_tests;
-#[cfg(madsim)]
-pub mod wire;
+mod driver_tests;

@@ -68,10 +68,10 @@ mod campaign {
     use std::sync::{mpsc, Arc};
     use std::time::{Duration, Instant};
 
-    use coord_sim::compare::{self, GoCoordStyle, Side};
+    use coord_sim::faults::schedule::{Case, Generator, Shape};
     use coord_sim::report::{timeline, Summary};
-    use coord_sim::runner::{run_case, run_case_with};
-    use coord_sim::schedule::{Case, Generator, Shape};
+    use coord_sim::run::compare::{self, GoCoordStyle, Side};
+    use coord_sim::run::runner::{run_case, run_case_with};
 
     struct Args {
         seeds: u64,
@@ -128,7 +128,7 @@ mod campaign {
     pub fn main() -> i32 {
         let args = parse();
         if args.list_pinned {
-            for p in coord_sim::pinned::PINNED {
+            for p in coord_sim::run::pinned::PINNED {
                 println!("{} {}", p.seed, p.generator.number());
             }
             return 0;

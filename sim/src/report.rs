@@ -6,7 +6,7 @@ use std::fmt::Write;
 use coord::{LivenessEvent, LivenessStatus};
 
 use crate::history::{What, SAMPLE_EVERY};
-use crate::runner::CaseResult;
+use crate::run::runner::CaseResult;
 
 /// Totals over a campaign.
 #[derive(Debug, Default)]
@@ -58,7 +58,7 @@ pub struct Summary {
 
 impl Summary {
     /// Adds one case. Returns the violations of a failed one.
-    pub fn add(&mut self, mut r: CaseResult) -> Option<Vec<crate::checker::Violation>> {
+    pub fn add(&mut self, mut r: CaseResult) -> Option<Vec<crate::check::Violation>> {
         self.seeds += 1;
         self.virtual_ms += r.virtual_ms;
         for rec in &r.history.records {

@@ -92,7 +92,7 @@ fn list_pinned_prints_every_pinned_seed_with_its_generator() {
     let out = sim(&["--list-pinned"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    let expected: Vec<String> = coord_sim::pinned::PINNED
+    let expected: Vec<String> = coord_sim::run::pinned::PINNED
         .iter()
         .map(|p| format!("{} {}", p.seed, p.generator.number()))
         .collect();

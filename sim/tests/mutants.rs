@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use coord_sim::runner::run_case;
-use coord_sim::schedule::{Case, Shape};
+use coord_sim::faults::schedule::{Case, Shape};
+use coord_sim::run::runner::run_case;
 
 /// Seeds in the short campaign: every planted bug the default campaign
 /// caught in the measurement that opened issue 9 failed within its first

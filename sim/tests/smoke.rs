@@ -4,11 +4,11 @@
 #![cfg(madsim)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use coord_sim::faults::schedule::{cases, Case, Generator, Shape};
 use coord_sim::history::{ContenderEvent, WatcherEventKind, What, WriteOutcome};
-use coord_sim::pinned::{Pinned, PINNED};
 use coord_sim::report::timeline;
-use coord_sim::runner::{fingerprint, run_case, CaseResult};
-use coord_sim::schedule::{cases, Case, Generator, Shape};
+use coord_sim::run::pinned::{Pinned, PINNED};
+use coord_sim::run::runner::{fingerprint, run_case, CaseResult};
 use proptest::prelude::*;
 
 fn assert_passed(r: &CaseResult) {
@@ -126,7 +126,7 @@ fn same_seed_same_history() {
 
 async fn seed_7() {
     let case = Case::generate(7, Shape::default());
-    let history = coord_sim::harness::run(&case, coord_sim::harness::Real).await;
+    let history = coord_sim::run::case::run(&case, coord_sim::world::Shipped).await;
     assert!(history.records.len() > 100);
 }
 
@@ -182,7 +182,7 @@ fn runs_do_not_leak() {
 /// the unread progress answer times out and this fails.
 #[test]
 fn a_stalled_consumer_breaks_nothing_and_loses_nothing() {
-    use coord_sim::schedule::{Fault, TimedFault};
+    use coord_sim::faults::schedule::{Fault, TimedFault};
     let mut faults = vec![TimedFault {
         at_ms: 20_000,
         fault: Fault::ConsumerStall {
@@ -370,7 +370,7 @@ enum Healed {
 /// Runs `seed`, asserts that it passed and that a heal of `kind` by a
 /// host or a session was timed (the path the seed was pinned for).
 fn assert_passes_timing(seed: u64, who: Healed, kind: &str) {
-    assert_passes_timing_with(seed, who, kind, coord_sim::harness::Real);
+    assert_passes_timing_with(seed, who, kind, coord_sim::world::Shipped);
 }
 
 /// The hosts count no fleet: the driver as it was when the seeds that use
@@ -382,9 +382,9 @@ fn assert_passes_timing(seed: u64, who: Healed, kind: &str) {
 #[derive(Debug, Clone, Copy)]
 struct Uncounted;
 
-impl coord_sim::harness::Wrap for Uncounted {
-    type Api = coord_sim::client::SimEtcd;
-    fn wrap(&self, etcd: coord_sim::client::SimEtcd) -> coord_sim::client::SimEtcd {
+impl coord_sim::world::Variant for Uncounted {
+    type Api = coord_sim::etcd::client::SimEtcd;
+    fn wrap(&self, etcd: coord_sim::etcd::client::SimEtcd) -> coord_sim::etcd::client::SimEtcd {
         etcd
     }
     fn host_options(&self, nominal: coord::LivenessOptions) -> coord::LivenessOptions {
@@ -398,13 +398,13 @@ impl coord_sim::harness::Wrap for Uncounted {
     }
 }
 
-fn assert_passes_timing_with<W: coord_sim::harness::Wrap>(
+fn assert_passes_timing_with<W: coord_sim::world::Variant>(
     seed: u64,
     who: Healed,
     kind: &str,
     wrap: W,
 ) {
-    let r = coord_sim::runner::run_case_with(&Case::generate(seed, Shape::default()), wrap);
+    let r = coord_sim::run::runner::run_case_with(&Case::generate(seed, Shape::default()), wrap);
     assert_passed(&r);
     let timed = match who {
         Healed::Host => &r.verdict.heal_by_kind,
@@ -572,7 +572,10 @@ fn a_watch_created_during_a_consumer_stall_is_read_before_its_deadline_is_judged
 /// backoff over (unless the run's last failure was such an answer too).
 #[test]
 fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
-    let r = coord_sim::runner::run_case_with(&Case::generate(9762455, Shape::default()), Uncounted);
+    let r = coord_sim::run::runner::run_case_with(
+        &Case::generate(9762455, Shape::default()),
+        Uncounted,
+    );
     assert_passed(&r);
     let restores = r
         .history
@@ -609,13 +612,13 @@ fn a_failover_whose_queued_successor_was_paused_through_the_expiry_is_not_measur
     let crash = at(&|w| {
         matches!(
             w,
-            What::Fault(coord_sim::schedule::Fault::ContenderCrash { contender: 3, .. })
+            What::Fault(coord_sim::faults::schedule::Fault::ContenderCrash { contender: 3, .. })
         )
     });
     let pause = at(&|w| {
         matches!(
             w,
-            What::Fault(coord_sim::schedule::Fault::ContenderPause { contender: 4, .. })
+            What::Fault(coord_sim::faults::schedule::Fault::ContenderPause { contender: 4, .. })
         )
     });
     assert!(

@@ -11,23 +11,23 @@ use std::sync::Arc;
 use coord::Revision;
 use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, LeaseId};
 use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
-use coord_sim::checker::Invariant;
-use coord_sim::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
-use coord_sim::harness::Wrap;
-use coord_sim::runner::run_case_with;
-use coord_sim::schedule::{
+use coord_sim::check::Invariant;
+use coord_sim::etcd::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use coord_sim::faults::schedule::{
     Case, ContenderKind, ContenderSpec, Direction, Fault, Generator, Shape, TimedFault,
 };
+use coord_sim::run::runner::run_case_with;
+use coord_sim::world::Variant;
 
 /// Runs seeds 1..=max with `wrap`; returns the first seed whose verdict
 /// has a violation of `invariant`.
-fn first_catch<W: Wrap>(wrap: W, invariant: Invariant, max: u64) -> Option<u64> {
+fn first_catch<W: Variant>(wrap: W, invariant: Invariant, max: u64) -> Option<u64> {
     first_catch_any(wrap, &[invariant], max)
 }
 
 /// Runs seeds 1..=max of `shape` with `wrap`; the first seed with a
 /// violation of any of `invariants`.
-fn first_catch_in<W: Wrap>(
+fn first_catch_in<W: Variant>(
     wrap: W,
     invariants: &[Invariant],
     max: u64,
@@ -37,7 +37,7 @@ fn first_catch_in<W: Wrap>(
 }
 
 /// As [`first_catch_in`], over the cases of `generator`.
-fn first_catch_of<W: Wrap>(
+fn first_catch_of<W: Variant>(
     wrap: W,
     invariants: &[Invariant],
     max: u64,
@@ -114,7 +114,7 @@ macro_rules! newtype_wrapper {
         #[derive(Clone)]
         struct $api(SimEtcd);
 
-        impl Wrap for $wrap {
+        impl Variant for $wrap {
             type Api = $api;
             fn wrap(&self, etcd: SimEtcd) -> $api {
                 $api(etcd)
@@ -213,7 +213,7 @@ struct SilentReplies {
     wedged: Arc<AtomicBool>,
 }
 
-impl Wrap for SilentStreams {
+impl Variant for SilentStreams {
     type Api = SilentStreamsApi;
     fn wrap(&self, etcd: SimEtcd) -> SilentStreamsApi {
         SilentStreamsApi {
@@ -279,7 +279,7 @@ fn a_wedged_silent_stream_is_caught_as_a_host_that_never_comes_back() {
 #[test]
 fn the_real_client_passes_the_seeds_the_broken_ones_fail() {
     for seed in 1..=10 {
-        let r = coord_sim::runner::run_case(&Case::generate(seed, Shape::default()));
+        let r = coord_sim::run::runner::run_case(&Case::generate(seed, Shape::default()));
         assert!(r.passed(), "seed {seed}: {:?}", r.verdict.violations);
     }
 }
@@ -339,7 +339,7 @@ const VALUES_PADDED: WatchEdited = WatchEdited(|msg| {
     false
 });
 
-impl Wrap for WatchEdited {
+impl Variant for WatchEdited {
     type Api = WatchEditedApi;
     fn wrap(&self, etcd: SimEtcd) -> WatchEditedApi {
         WatchEditedApi(etcd, self.0)
@@ -396,7 +396,7 @@ fn a_watch_that_drops_deletes_is_caught_as_an_incomplete_watcher() {
 
 /// Runs seeds 1..=max with `wrap`; the first seed with a violation of any
 /// of `invariants`.
-fn first_catch_any<W: Wrap>(wrap: W, invariants: &[Invariant], max: u64) -> Option<u64> {
+fn first_catch_any<W: Variant>(wrap: W, invariants: &[Invariant], max: u64) -> Option<u64> {
     first_catch_in(wrap, invariants, max, Shape::default())
 }
 
@@ -568,7 +568,7 @@ fn a_watch_that_misreports_values_is_caught_by_the_record_checks() {
 #[derive(Clone)]
 struct Unjittered;
 
-impl Wrap for Unjittered {
+impl Variant for Unjittered {
     type Api = SimEtcd;
     fn wrap(&self, etcd: SimEtcd) -> SimEtcd {
         etcd
@@ -620,7 +620,7 @@ enum Slowed {
     SessionRefresh,
 }
 
-impl Wrap for Slowed {
+impl Variant for Slowed {
     type Api = SimEtcd;
     fn wrap(&self, etcd: SimEtcd) -> SimEtcd {
         match self {
@@ -760,7 +760,7 @@ fn stalled_streams_case() -> Case {
 
 #[test]
 fn the_real_watchers_notice_every_stalled_stream_in_time() {
-    let r = coord_sim::runner::run_case(&stalled_streams_case());
+    let r = coord_sim::run::runner::run_case(&stalled_streams_case());
     assert!(r.passed(), "{:?}", r.verdict.violations);
 }
 
@@ -1011,7 +1011,7 @@ fn leader_changes_case() -> Case {
 #[test]
 fn the_real_sessions_heal_in_time() {
     for case in [session_faults_case(), leader_changes_case()] {
-        let r = coord_sim::runner::run_case(&case);
+        let r = coord_sim::run::runner::run_case(&case);
         assert!(r.passed(), "{:?}", r.verdict.violations);
         let heals = r.verdict.session_heal_by_kind.len();
         assert!(heals >= 20, "only {heals} session heals timed");

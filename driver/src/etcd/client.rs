@@ -35,13 +35,15 @@ const MOVE_EVERY: Duration = Duration::from_secs(1);
 /// probes on its own and never moves.
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<Shared>,
+    inner: Arc<Inner>,
     /// `None` in the probe task's own copy, so that the task does not keep
     /// the hub (and itself) alive.
     probe: Option<ProbeHub>,
 }
 
-struct Shared {
+/// What every clone of a [`Client`] shares: the members, the one in use,
+/// and how to dial another.
+struct Inner {
     first: etcd_client::Client,
     /// The member handles use now: its index and client.
     current: RwLock<(usize, etcd_client::Client)>,
@@ -76,7 +78,7 @@ impl Client {
         tls: bool,
     ) -> Self {
         Client {
-            shared: Arc::new(Shared {
+            inner: Arc::new(Inner {
                 first,
                 current: RwLock::new(current),
                 dial,
@@ -91,12 +93,12 @@ impl Client {
     /// dialled to every endpoint, which spreads its requests over them as
     /// etcd-client does. Cheap to clone.
     pub fn etcd(&self) -> etcd_client::Client {
-        self.shared.first.clone()
+        self.inner.first.clone()
     }
 
     /// The etcd-client client coord's handles use now (one member's).
     fn current(&self) -> etcd_client::Client {
-        match self.shared.current.read() {
+        match self.inner.current.read() {
             Ok(c) => c.1.clone(),
             Err(poisoned) => poisoned.into_inner().1.clone(),
         }
@@ -117,10 +119,10 @@ impl Client {
     ///
     /// Cancel safety: cancel-safe (a read).
     pub async fn check(&self, timeout: Duration) -> Result<(), crate::Error> {
-        let mut maintenance = self.shared.first.maintenance_client();
+        let mut maintenance = self.inner.first.maintenance_client();
         match tokio::time::timeout(timeout, maintenance.status()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(match (super::adapter::connect_error(e), self.shared.tls) {
+            Ok(Err(e)) => Err(match (super::adapter::connect_error(e), self.inner.tls) {
                 (crate::Error::Unreachable(m), true) if closed_after_connecting(m.text()) => {
                     crate::Error::Tls(m.context(
                         "etcd closed the connection after the TLS handshake: it may want \
@@ -137,7 +139,7 @@ impl Client {
     }
 
     fn current_index(&self) -> usize {
-        match self.shared.current.read() {
+        match self.inner.current.read() {
             Ok(c) => c.0,
             Err(poisoned) => poisoned.into_inner().0,
         }
@@ -176,17 +178,17 @@ impl EtcdApi for Client {
 
     fn for_probe(&self) -> Self {
         Client {
-            shared: Arc::clone(&self.shared),
+            inner: Arc::clone(&self.inner),
             probe: None,
         }
     }
 
     async fn silent(&self) {
-        let Some((endpoints, dialer)) = &self.shared.dial else {
+        let Some((endpoints, dialer)) = &self.inner.dial else {
             return;
         };
         {
-            let mut at = match self.shared.moved_at.lock() {
+            let mut at = match self.inner.moved_at.lock() {
                 Ok(g) => g,
                 Err(poisoned) => poisoned.into_inner(),
             };
@@ -203,7 +205,7 @@ impl EtcdApi for Client {
         match dialer.dial(std::slice::from_ref(endpoint)).await {
             Ok(fresh) => {
                 debug!(%endpoint, "etcd went silent: moving to the next member");
-                match self.shared.current.write() {
+                match self.inner.current.write() {
                     Ok(mut c) => *c = (next, fresh),
                     Err(poisoned) => *poisoned.into_inner() = (next, fresh),
                 }

@@ -1,0 +1,100 @@
+//! What the checks of the election and lock processes share: when each
+//! contender was disturbed, its events, and how promptly an undisturbed
+//! one must see a change.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::bounds::ms;
+use crate::faults::schedule::Fault;
+use crate::history::{contender_of, ContenderEvent, History, What};
+
+/// A request timeout plus a second for watch delivery: how soon an
+/// undisturbed process learns of a change to its queue.
+pub(super) fn prompt() -> u64 {
+    ms(coord::SessionOptions::default().request_timeout) + 1000
+}
+
+/// How long after a disturbance a process's streams may still lag: a
+/// silent watch is probed within the probe interval plus a request
+/// timeout, and the retry waits at most the backoff cap, plus 4 s.
+pub(super) fn settle() -> u64 {
+    let o = coord::SessionOptions::default();
+    ms(o.probe_interval + o.request_timeout + o.backoff.cap + Duration::from_secs(4))
+}
+
+/// The contender-index of the process that holds `lease`, if known.
+pub(super) fn owner(owners: &BTreeMap<i64, u64>, lease: i64) -> Option<usize> {
+    owners.get(&lease).copied().and_then(contender_of)
+}
+
+/// Intervals during which contender `c` (or etcd as a whole) was disturbed.
+pub(super) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut open: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for r in &history.records {
+        match &r.what {
+            What::Fault(Fault::ContenderPartition { contender, .. }) if *contender == c => {
+                open.entry("partition").or_insert(r.at_ms);
+            }
+            What::ContenderPartitionEnded { contender } if *contender == c => {
+                if let Some(s) = open.remove("partition") {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::ContenderPause { contender, .. }) if *contender == c => {
+                open.entry("pause").or_insert(r.at_ms);
+            }
+            What::ContenderResumed { contender } if *contender == c => {
+                if let Some(s) = open.remove("pause") {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::ContenderCrash { contender, .. }) if *contender == c => {
+                open.entry("crash").or_insert(r.at_ms);
+            }
+            What::ContenderRestarted { contender } if *contender == c => {
+                if let Some(s) = open.remove("crash") {
+                    out.push((s, r.at_ms));
+                }
+            }
+            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+                out.push((r.at_ms, r.at_ms + unavailable_ms));
+            }
+            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
+            What::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
+            _ => {}
+        }
+    }
+    out.extend(open.into_values().map(|s| (s, u64::MAX)));
+    out
+}
+
+/// True if no disturbance of `d` touches `[from - settle, to]`.
+pub(super) fn undisturbed(d: &[(u64, u64)], from: u64, to: u64) -> bool {
+    let since = from.saturating_sub(settle());
+    d.iter().all(|(s, e)| *e < since || *s > to)
+}
+
+/// How soon a campaign whose key became its name's oldest reports itself
+/// elected, when neither its process nor etcd is disturbed: the watch
+/// delivery of the delete that made it oldest (or the reply to its own
+/// put), one read, and the sampling.
+pub const SUCCESSION_MS: u64 = crate::check::bounds::REGISTRATION_MS;
+
+/// Each contender's events for one name, in order.
+pub(super) fn events_of<'a>(
+    history: &'a History,
+    c: usize,
+    name: &'a str,
+) -> impl Iterator<Item = (u64, &'a ContenderEvent)> + 'a {
+    history.records.iter().filter_map(move |r| match &r.what {
+        What::Contender {
+            contender,
+            name: n,
+            event,
+            ..
+        } if *contender == c && n == name => Some((r.at_ms, event)),
+        _ => None,
+    })
+}

@@ -1,0 +1,6 @@
+//! The faults a run injects: the schedule of a case (which faults, when,
+//! on which process), generated from its seed, and the injector that does
+//! them to the world.
+
+pub mod inject;
+pub mod schedule;
