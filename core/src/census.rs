@@ -332,5 +332,4 @@ impl Census {
 }
 
 #[cfg(test)]
-#[path = "census_tests.rs"]
 mod tests;

@@ -46,112 +46,9 @@ use crate::outcome::{AttemptFailure, Outcome, Retry};
 use crate::time::Instant;
 
 mod requests;
+mod vocabulary;
 
-/// Identifies one campaign within its session. Chosen by the caller,
-/// unique for the session's life, never 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub struct ElectionId(pub u64);
-
-/// How a campaign waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
-pub enum Mode {
-    /// Queue and wait until elected.
-    Wait,
-    /// One round trip: lead now if nobody is queued, else leave no key.
-    Try,
-}
-
-/// Why a candidate or leader lost its place.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Loss {
-    /// Its key was deleted (by anyone: an operator, a guarded transaction
-    /// that found it gone, a compaction re-list that no longer shows it).
-    #[error("its key was deleted")]
-    KeyDeleted,
-    /// The session's lease was lost (its keys go with it).
-    #[error("the session's lease was lost: {0}")]
-    LeaseLost(LostReason),
-    /// The session was closed.
-    #[error("the session was closed")]
-    SessionClosed,
-}
-
-/// The answer to a proclaim or a guarded transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
-    /// The leader's value was replaced.
-    Proclaimed,
-    /// The guarded transaction ran; its own result.
-    Txn(TxnResponse),
-    /// Refused: the caller does not lead (any more). Nothing was applied.
-    NotLeader,
-    /// The request failed or its outcome is unknown.
-    Failed(AttemptFailure),
-}
-
-/// What happened to a campaign.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ElectionEvent {
-    /// Elected: the key has the lowest create revision under the name.
-    Elected {
-        /// The leader's key.
-        key: Key,
-        /// The lease it is attached to (the session's).
-        lease: LeaseId,
-        /// Its create revision.
-        token: FencingToken,
-    },
-    /// A try found someone queued: no key was left.
-    NotElected {
-        /// Who leads (the lowest create revision), if anyone.
-        leader: Option<KeyValue>,
-    },
-    /// The campaign or leadership ended against the candidate's will.
-    Lost {
-        /// Why.
-        reason: Loss,
-    },
-    /// Left on request (resign, cancel): the key is deleted (or goes with
-    /// the session's lease).
-    Left,
-    /// A proclaim or guarded transaction was answered.
-    Answered {
-        /// The caller's request id.
-        request: u64,
-        /// The answer.
-        answer: Answer,
-    },
-    /// A request failed and is retried at `next_at`.
-    Retrying(Retry),
-}
-
-/// Where a campaign is, as its session reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Standing {
-    /// Waiting for the session to hold a lease.
-    Pending,
-    /// Joining the queue.
-    Joining,
-    /// Queued behind others.
-    Queued {
-        /// Its create revision.
-        token: FencingToken,
-    },
-    /// Leading.
-    Leading {
-        /// Its key.
-        key: Key,
-        /// Its create revision.
-        token: FencingToken,
-    },
-    /// Deleting its key.
-    Leaving,
-    /// Ended.
-    Done,
-}
+pub use vocabulary::{Answer, AskedBy, ElectionEvent, ElectionId, Loss, Mode, Standing};
 
 /// Parameters a session gives its candidates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -882,13 +779,4 @@ impl Contender {
             }
         };
     }
-}
-
-/// What a caller asks of a leader.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AskedBy {
-    /// Replace the leader's value.
-    Proclaim(Vec<u8>),
-    /// Run this transaction only while leading.
-    Txn(Txn),
 }

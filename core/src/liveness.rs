@@ -247,5 +247,4 @@ impl Liveness {
 crate::machine::impl_machine!(Liveness, Input, Event);
 
 #[cfg(test)]
-#[path = "liveness_tests.rs"]
 mod tests;

@@ -1,5 +1,6 @@
 //! What every machine has in common, so one driver loop runs them all.
 
+use crate::ids::Key;
 use crate::io::{Command, Completion};
 use crate::outbox::Output;
 use crate::time::Instant;
@@ -86,6 +87,33 @@ impl From<Completion> for Input {
     }
 }
 
+/// Misuse of a machine's API. Shared by every machine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// `Start` was given twice.
+    #[error("already started")]
+    AlreadyStarted,
+    /// A request after close.
+    #[error("closed")]
+    Closed,
+    /// A request before `Start`.
+    #[error("not started")]
+    NotStarted,
+    /// An election id that does not exist (never made, or ended).
+    #[error("no such election")]
+    UnknownElection,
+    /// A campaign's id must be new: above every id used before, never 0.
+    #[error("election id {0} is 0 or already used")]
+    ElectionIdTaken(u64),
+    /// This session already campaigns (or still cleans up a campaign) on
+    /// the name: both would write the same key.
+    #[error("this session already campaigns on {0}")]
+    AlreadyCampaigning(Key),
+    /// The request needs leadership the election does not hold.
+    #[error("not the leader")]
+    NotLeader,
+}
+
 /// Implements [`Machine`] for a type whose inherent `handle`, `poll`,
 /// `poll_timeout` and `is_closed` have the trait's shape.
 macro_rules! impl_machine {
@@ -93,7 +121,7 @@ macro_rules! impl_machine {
         impl $crate::machine::Machine for $ty {
             type Input = $input;
             type Event = $event;
-            type Error = $crate::lease::UsageError;
+            type Error = $crate::machine::UsageError;
 
             fn timeout_input() -> $input {
                 <$input>::Timeout
@@ -120,7 +148,7 @@ macro_rules! impl_machine {
                 &mut self,
                 now: $crate::time::Instant,
                 input: $input,
-            ) -> Result<(), $crate::lease::UsageError> {
+            ) -> Result<(), $crate::machine::UsageError> {
                 <$ty>::handle(self, now, input)
             }
 

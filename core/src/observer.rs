@@ -192,5 +192,4 @@ impl Observer {
 crate::machine::impl_machine!(Observer, Input, Event);
 
 #[cfg(test)]
-#[path = "observer_tests.rs"]
 mod tests;

@@ -296,5 +296,4 @@ impl Prober {
 }
 
 #[cfg(test)]
-#[path = "probe_tests.rs"]
 mod tests;

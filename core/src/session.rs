@@ -516,5 +516,4 @@ fn campaign_seed(seed: u64, id: ElectionId) -> u64 {
 }
 
 #[cfg(test)]
-#[path = "session_tests.rs"]
 mod tests;

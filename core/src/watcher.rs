@@ -325,5 +325,4 @@ impl Watcher {
 crate::machine::impl_machine!(Watcher, Input, Event);
 
 #[cfg(test)]
-#[path = "watcher_tests.rs"]
 mod tests;

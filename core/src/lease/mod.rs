@@ -215,34 +215,7 @@ pub enum ConfigError {
     },
 }
 
-/// Misuse of a machine's API. Shared by every machine.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
-    /// `Start` was given twice.
-    #[error("already started")]
-    AlreadyStarted,
-    /// A request after close.
-    #[error("closed")]
-    Closed,
-    /// A request before `Start`.
-    #[error("not started")]
-    NotStarted,
-    /// An election id that does not exist (never made, or ended).
-    #[error("no such election")]
-    UnknownElection,
-    /// A campaign's id must be new: above every id used before, never 0.
-    #[error("election id {0} is 0 or already used")]
-    ElectionIdTaken(u64),
-    /// This session already campaigns (or still cleans up a campaign) on
-    /// the name: both would write the same key.
-    #[error("this session already campaigns on {0}")]
-    AlreadyCampaigning(Key),
-    /// The request needs leadership the election does not hold.
-    #[error("not the leader")]
-    NotLeader,
-}
-
-pub use crate::machine::Input;
+pub use crate::machine::{Input, UsageError};
 
 /// Why a held lease was declared lost.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

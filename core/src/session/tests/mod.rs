@@ -492,10 +492,8 @@ fn a_session_is_closed_only_once_its_campaigns_requests_are_answered() {
     assert!(s.is_closed());
 }
 
-#[path = "election_tests.rs"]
 mod election;
 
-#[path = "election_stray_tests.rs"]
 mod election_stray;
 
 #[test]

@@ -730,8 +730,6 @@ fn events_out_of_order_within_one_message_never_move_revisions_back() {
     assert_eq!(m.revision(), Revision(20));
 }
 
-#[path = "watcher_restore_tests.rs"]
 mod restore;
 
-#[path = "watcher_stray_tests.rs"]
 mod stray;
