@@ -52,7 +52,7 @@ pub use vocabulary::{Answer, AskedBy, ElectionEvent, ElectionId, Loss, Mode, Sta
 
 /// Parameters a session gives its candidates.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct ContenderConfig {
+pub(crate) struct CampaignConfig {
     pub(crate) request_timeout: Duration,
     pub(crate) probe_interval: Duration,
     pub(crate) backoff: BackoffConfig,
@@ -147,21 +147,21 @@ struct Request {
 
 /// One campaign. See the module docs.
 #[derive(Debug)]
-pub(crate) struct Contender {
+pub(crate) struct Campaign {
     name: Key,
     value: Vec<u8>,
     mode: Mode,
-    config: ContenderConfig,
+    config: CampaignConfig,
     state: State,
     backoff: Backoff,
     requests: BTreeMap<OpId, Request>,
     out: VecDeque<Output<Command, ElectionEvent>>,
 }
 
-impl Contender {
-    pub(crate) fn new(name: Key, value: Vec<u8>, mode: Mode, config: ContenderConfig) -> Self {
+impl Campaign {
+    pub(crate) fn new(name: Key, value: Vec<u8>, mode: Mode, config: CampaignConfig) -> Self {
         let backoff = Backoff::new(config.backoff.clone(), config.seed);
-        Contender {
+        Campaign {
             name,
             value,
             mode,

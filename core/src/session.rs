@@ -21,7 +21,7 @@ use campaigns::Campaigns;
 
 use crate::backoff::BackoffConfig;
 use crate::election::{
-    AskedBy, Contender, ContenderConfig, ElectionEvent, ElectionId, Mode, Standing,
+    AskedBy, Campaign, CampaignConfig, ElectionEvent, ElectionId, Mode, Standing,
 };
 use crate::ids::{Key, LeaseId, OpId};
 use crate::io::{Command, Completion, Txn};
@@ -223,7 +223,7 @@ impl Session {
     pub fn standing(&self, id: ElectionId) -> Standing {
         self.elections
             .get(id)
-            .map_or(Standing::Done, Contender::standing)
+            .map_or(Standing::Done, Campaign::standing)
     }
 
     /// Campaigns not yet over.
@@ -326,7 +326,7 @@ impl Session {
     }
 
     /// A campaign, and the op ids it may use.
-    fn election(&mut self, id: ElectionId) -> Result<(&mut Contender, &mut OpIds), UsageError> {
+    fn election(&mut self, id: ElectionId) -> Result<(&mut Campaign, &mut OpIds), UsageError> {
         let c = self
             .elections
             .get_mut(id)
@@ -381,14 +381,14 @@ impl Session {
             return Err(UsageError::AlreadyCampaigning(name));
         }
         self.used = id.0;
-        let config = ContenderConfig {
+        let config = CampaignConfig {
             request_timeout: self.config.request_timeout,
             probe_interval: self.config.probe_interval,
             backoff: self.config.backoff.clone(),
             seed: campaign_seed(self.config.seed, id),
         };
         self.elections
-            .insert(id, Contender::new(name, value, mode, config));
+            .insert(id, Campaign::new(name, value, mode, config));
         self.start_ready(now);
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Contender {
+impl Campaign {
     /// A proclaim (`value`) or a guarded transaction (`txn`), answered with
     /// `request`.
     pub(crate) fn ask(&mut self, now: Instant, request: u64, asked: AskedBy, ids: &mut OpIds) {

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::election::{Contender, ElectionId};
+use crate::election::{Campaign, ElectionId};
 use crate::time::Instant;
 
 /// What a campaign reported when last refreshed.
@@ -26,7 +26,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn of(c: &Contender) -> Self {
+    fn of(c: &Campaign) -> Self {
         Seen {
             deadline: c.poll_timeout(),
             awaits_etcd: c.awaits_etcd(),
@@ -39,7 +39,7 @@ impl Seen {
 /// The campaigns by id, and their indexes. See the module docs.
 #[derive(Debug, Default)]
 pub(super) struct Campaigns {
-    by_id: BTreeMap<ElectionId, (Contender, Seen)>,
+    by_id: BTreeMap<ElectionId, (Campaign, Seen)>,
     /// Each campaign's deadline, soonest first.
     deadlines: BTreeSet<(Instant, ElectionId)>,
     /// Campaigns waiting on etcd.
@@ -64,30 +64,30 @@ impl Campaigns {
     }
 
     /// Campaign `id`, read only.
-    pub(super) fn get(&self, id: ElectionId) -> Option<&Contender> {
+    pub(super) fn get(&self, id: ElectionId) -> Option<&Campaign> {
         self.by_id.get(&id).map(|(c, _)| c)
     }
 
     /// Every campaign in id order, read only.
-    pub(super) fn iter(&self) -> impl Iterator<Item = (ElectionId, &Contender)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (ElectionId, &Campaign)> {
         self.by_id.iter().map(|(id, (c, _))| (*id, c))
     }
 
     /// Campaign `id`, to change (marked touched).
-    pub(super) fn get_mut(&mut self, id: ElectionId) -> Option<&mut Contender> {
+    pub(super) fn get_mut(&mut self, id: ElectionId) -> Option<&mut Campaign> {
         let (c, _) = self.by_id.get_mut(&id)?;
         self.touched.insert(id);
         Some(c)
     }
 
     /// Every campaign, to change (all marked touched).
-    pub(super) fn all_mut(&mut self) -> impl Iterator<Item = &mut Contender> {
+    pub(super) fn all_mut(&mut self) -> impl Iterator<Item = &mut Campaign> {
         self.touched.extend(self.by_id.keys().copied());
         self.by_id.values_mut().map(|(c, _)| c)
     }
 
     /// Adds campaign `id` (touched).
-    pub(super) fn insert(&mut self, id: ElectionId, c: Contender) {
+    pub(super) fn insert(&mut self, id: ElectionId, c: Campaign) {
         if let Some((_, seen)) = self.by_id.insert(id, (c, Seen::default())) {
             // Never happens: the session refuses a used id. Unindexed all
             // the same, so the indexes stay true.
