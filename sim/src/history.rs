@@ -38,9 +38,11 @@ pub struct HostSample {
     pub key_mod_revision: Option<i64>,
 }
 
-/// Something that happened.
+/// What a [`Record`] holds: something that happened (an event a process
+/// reported, a fault), a sample of what each process says beside what etcd
+/// holds, or etcd's own log, recorded at the end.
 #[derive(Debug, Clone)]
-pub enum What {
+pub enum Entry {
     /// A fault began.
     Fault(Fault),
     /// A partition of `host` ended (no partition of it remains).
@@ -143,9 +145,8 @@ pub enum What {
     /// When each lease grant or keep-alive open was sent by a client
     /// (virtual ms); recorded at the end.
     HealRequests(Vec<u64>),
-    /// Every change of a host key: (virtual ms, host index, revision,
-    /// present after it); recorded at the end.
-    KeyChanges(Vec<(u64, usize, i64, bool)>),
+    /// Every change of a host key, in order; recorded at the end.
+    KeyChanges(Vec<KeyChange>),
     /// Every put of a host key: (virtual ms, host index, what it wrote);
     /// recorded at the end.
     HostPuts(Vec<(u64, usize, SeenRecord)>),
@@ -465,8 +466,8 @@ pub struct WatcherSample {
 pub struct Record {
     /// Virtual ms since the start.
     pub at_ms: u64,
-    /// What.
-    pub what: What,
+    /// What happened, was sampled or was logged.
+    pub what: Entry,
 }
 
 /// The recorded history of one run.
@@ -481,7 +482,7 @@ impl History {
     /// with its fault), and its lease.
     pub fn removed_outside_at(&self, at_ms: u64) -> Option<(&str, i64)> {
         self.records.iter().find_map(|r| match &r.what {
-            What::KeyRemovedOutside { key, lease } if r.at_ms == at_ms => {
+            Entry::KeyRemovedOutside { key, lease } if r.at_ms == at_ms => {
                 Some((key.as_str(), *lease))
             }
             _ => None,
@@ -493,8 +494,8 @@ impl History {
     /// it); one still open at the end of the history ends at `u64::MAX`.
     pub fn spans(
         &self,
-        begins: impl Fn(&What) -> bool,
-        ends: impl Fn(&What) -> bool,
+        begins: impl Fn(&Entry) -> bool,
+        ends: impl Fn(&Entry) -> bool,
     ) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut open = None;
@@ -518,7 +519,7 @@ pub struct Recorder(Arc<Mutex<History>>);
 
 impl Recorder {
     /// Appends a record.
-    pub fn record(&self, at_ms: u64, what: What) {
+    pub fn record(&self, at_ms: u64, what: Entry) {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -546,6 +547,19 @@ pub struct LeaseLife {
     pub granted_at: u64,
     /// When it was revoked, expired or wiped, virtual ms.
     pub ended_at: Option<u64>,
+}
+
+/// A change etcd made to a host's key: the exact truth the watchers owe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyChange {
+    /// When etcd made it (virtual ms).
+    pub at_ms: u64,
+    /// Whose key: the host's index.
+    pub host: usize,
+    /// The revision of the change.
+    pub revision: i64,
+    /// Whether the key exists after it (a put) or not (a delete).
+    pub present: bool,
 }
 
 /// The fenced resource every leader of `name` writes its token to.

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use coord::{LivenessEvent, LivenessStatus};
 
-use crate::history::{What, SAMPLE_EVERY};
+use crate::history::{Entry, SAMPLE_EVERY};
 use crate::run::runner::CaseResult;
 
 /// Totals over a campaign.
@@ -63,9 +63,9 @@ impl Summary {
         self.virtual_ms += r.virtual_ms;
         for rec in &r.history.records {
             match &rec.what {
-                What::Fault(f) => *self.faults.entry(f.kind()).or_default() += 1,
-                What::Stopped { result: Ok(()), .. } => self.stops.0 += 1,
-                What::Stopped { result: Err(_), .. } => self.stops.1 += 1,
+                Entry::Fault(f) => *self.faults.entry(f.kind()).or_default() += 1,
+                Entry::Stopped { result: Ok(()), .. } => self.stops.0 += 1,
+                Entry::Stopped { result: Err(_), .. } => self.stops.1 += 1,
                 _ => {}
             }
         }
@@ -250,7 +250,7 @@ pub fn timeline(r: &CaseResult) -> String {
     for rec in &r.history.records {
         let t = format!("{:>6}.{:03}s", rec.at_ms / 1000, rec.at_ms % 1000);
         match &rec.what {
-            What::Sample(hosts) => {
+            Entry::Sample(hosts) => {
                 for (i, s) in hosts.iter().enumerate() {
                     if keys[i] != s.key_lease {
                         let what = match s.key_lease {
@@ -265,7 +265,7 @@ pub fn timeline(r: &CaseResult) -> String {
                     }
                 }
             }
-            What::Event {
+            Entry::Event {
                 host,
                 incarnation,
                 event,
@@ -279,10 +279,10 @@ pub fn timeline(r: &CaseResult) -> String {
                 };
                 let _ = writeln!(out, "{t}  host-{host}#{incarnation}  {e}");
             }
-            What::Fault(f) => {
+            Entry::Fault(f) => {
                 let _ = writeln!(out, "{t}  FAULT   {f:?}");
             }
-            What::WatcherEvent { watcher, event } => {
+            Entry::WatcherEvent { watcher, event } => {
                 let _ = writeln!(
                     out,
                     "{t}  watcher-{watcher}  {:?} {} rev {}",
@@ -291,7 +291,7 @@ pub fn timeline(r: &CaseResult) -> String {
                     event.revision
                 );
             }
-            What::Contender {
+            Entry::Contender {
                 contender,
                 incarnation,
                 name,
@@ -302,13 +302,13 @@ pub fn timeline(r: &CaseResult) -> String {
                     "{t}  contender-{contender}#{incarnation} {name}: {event:?}"
                 );
             }
-            What::WatcherSample(_)
-            | What::RevisionTimes(_)
-            | What::ContenderSample(_)
-            | What::ElectionLog(_)
-            | What::LeaseLog(_)
-            | What::HealRequests(_) => {}
-            What::Observed {
+            Entry::WatcherSample(_)
+            | Entry::RevisionTimes(_)
+            | Entry::ContenderSample(_)
+            | Entry::ElectionLog(_)
+            | Entry::LeaseLog(_)
+            | Entry::HealRequests(_) => {}
+            Entry::Observed {
                 watcher,
                 name,
                 leader,

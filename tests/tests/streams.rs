@@ -84,7 +84,7 @@ async fn watched_through_stream_combinators(driving: Driving) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_watcher_is_a_stream() {
-    watched_through_stream_combinators(Driving::Background).await;
+    watched_through_stream_combinators(Driving::Adaptive).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

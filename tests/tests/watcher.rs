@@ -94,7 +94,7 @@ fn apply(view: &mut BTreeMap<String, Revision>, last: &mut Revision, e: &HostEve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn snapshot_then_live_ups_updates_and_downs_with_last_seen_metadata() {
-    snapshot_then_live_changes(Driving::Background).await;
+    snapshot_then_live_changes(Driving::Adaptive).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -432,7 +432,7 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
     )
     .await
     .unwrap();
-    for driving in [Driving::Background, Driving::OwnTask, Driving::InNext] {
+    for driving in [Driving::Adaptive, Driving::OwnTask, Driving::InNext] {
         let err = HostWatcher::<HostMetadata>::new(c.clone(), opts().with_driving(driving))
             .await
             .unwrap_err();
@@ -442,7 +442,7 @@ async fn unreachable_etcd_fails_the_watcher_fast() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_loses_nothing_and_a_closer_ends_the_stream() {
-    slow_consumer(Driving::Background).await;
+    slow_consumer(Driving::Adaptive).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,7 +517,7 @@ async fn slow_consumer(driving: Driving) {
 /// call waits, and a call from outside any runtime is served by the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_passes_between_next_and_its_own_task_without_a_loss() {
-    let (_etcd, c, mut w) = watcher_on_fresh_etcd(1_000, Driving::Background).await;
+    let (_etcd, c, mut w) = watcher_on_fresh_etcd(1_000, Driving::Adaptive).await;
     assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
     let mut view = BTreeMap::new();
     let mut last = Revision(0);
@@ -609,7 +609,7 @@ async fn the_loop_passes_between_next_and_its_own_task_without_a_loss() {
 /// comes: its own task runs it, so `status()` follows etcd meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_next_held_but_not_polled_leaves_the_loop_to_its_task() {
-    let (_etcd, c, mut w) = watcher_on_fresh_etcd(1_000, Driving::Background).await;
+    let (_etcd, c, mut w) = watcher_on_fresh_etcd(1_000, Driving::Adaptive).await;
     assert!(matches!(next(&mut w).await, HostEvent::Synced { .. }));
     let status = w.status();
     let mut held = std::pin::pin!(w.next());

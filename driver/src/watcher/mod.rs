@@ -90,7 +90,7 @@ pub struct HostWatcher<M = HostMetadata> {
     status: watch::Receiver<ViewStatus>,
     /// The loop, under [`Driving::InNext`] (until it ends).
     inline: tokio::sync::Mutex<Option<Loop>>,
-    /// The loop, under [`Driving::Background`]: run by a task of its own,
+    /// The loop, under [`Driving::Adaptive`]: run by a task of its own,
     /// and by `next()` while it waits.
     shared: Option<Arc<SharedLoop>>,
 }
@@ -162,7 +162,7 @@ where
         let looping =
             tracing::Instrument::instrument(run(client, machine, adapter, clock, close_rx), span);
         let (mut inline, shared) = match opts.driving {
-            Driving::Background => {
+            Driving::Adaptive => {
                 let shared = SharedLoop::new(Box::pin(looping));
                 tokio::spawn(Arc::clone(&shared).background());
                 (None, Some(shared))
@@ -209,7 +209,7 @@ where
     /// events already buffered (at most `buffer`) have been taken. Changes
     /// not yet buffered at close are not delivered. Under
     /// [`Driving::InNext`] this runs the watcher's loop until an event is
-    /// ready. Under [`Driving::Background`], while it waits it runs the
+    /// ready. Under [`Driving::Adaptive`], while it waits it runs the
     /// loop on the calling task (its own task runs it whenever no call
     /// waits), so await it on the runtime the watcher was created on
     /// (outside any Tokio runtime it only waits for the loop's task; from
@@ -259,7 +259,7 @@ where
     }
 
     /// One poll of [`Stream::poll_next`]: what one poll of [`next`](Self::next)
-    /// does, except that under [`Driving::Background`] the consumer's turn
+    /// does, except that under [`Driving::Adaptive`] the consumer's turn
     /// at the loop lasts one poll (between polls the loop's own task runs
     /// it), since a stream is not told when its consumer stops waiting.
     fn poll_event(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Option<HostEvent<M>>> {

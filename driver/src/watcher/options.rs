@@ -36,7 +36,7 @@ pub struct WatcherOptions {
     /// revision, so no prefix is too large for one response. Default 1,000
     /// (halved for a page too large to receive).
     pub page_size: u32,
-    /// Where the watcher's loop runs. Default [`Driving::Background`].
+    /// Where the watcher's loop runs. Default [`Driving::Adaptive`].
     pub driving: Driving,
 }
 
@@ -106,19 +106,20 @@ impl WatcherOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Driving {
-    /// Whatever the consumer does: the view, `status()` and retries go on
-    /// (until `buffer` events wait untaken, when etcd's stream is no
-    /// longer read). While the consumer waits in `next()` (on a Tokio
-    /// runtime), the loop runs in that call, so an event need not cross
-    /// from another task; at any other time it runs on a task of its own
-    /// (and so does it when a wake finds the last one not yet acted on: a
-    /// `next()` kept but not polled, held across other awaits).
+    /// Always, wherever is cheaper: whatever the consumer does, the view,
+    /// `status()` and retries go on (until `buffer` events wait untaken,
+    /// when etcd's stream is no longer read). While the consumer waits in
+    /// `next()` (on a Tokio runtime), the loop runs in that call, so an
+    /// event need not cross from another task; at any other time it runs
+    /// on a task of its own (and so does it when a wake finds the last one
+    /// not yet acted on: a `next()` kept but not polled, held across other
+    /// awaits).
     #[default]
-    Background,
+    Adaptive,
     /// On a task of its own, always: `next()` only takes what that task
     /// handed over, so it may be awaited anywhere (another runtime, another
     /// executor). Each event crosses from that task to the consumer's,
-    /// which costs a wake per event that [`Driving::Background`] mostly
+    /// which costs a wake per event that [`Driving::Adaptive`] mostly
     /// saves.
     OwnTask,
     /// Inside the consumer's own calls: `next()` (and `close()`, `wait()`)
@@ -143,7 +144,7 @@ impl Default for WatcherOptions {
             buffer: 32,
             retry_first_snapshot: false,
             page_size: coord_core::mirror::DEFAULT_PAGE_SIZE,
-            driving: Driving::Background,
+            driving: Driving::Adaptive,
         }
     }
 }

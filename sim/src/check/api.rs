@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use crate::check::contenders::{disturbances, events_of, prompt, undisturbed};
 use crate::check::{lease_log, Invariant, Verdict};
-use crate::history::{Aftermath, ContenderEvent, History, LogEntry, What};
+use crate::history::{Aftermath, ContenderEvent, Entry, History, LogEntry};
 
 /// The loss `lost()` reports for a closed session.
 const SESSION_CLOSED: &str = "the session was closed";
@@ -108,7 +108,7 @@ fn removed_outside(history: &History, key: &str, from: u64, to: u64) -> bool {
     history.records.iter().any(|r| {
         r.at_ms >= from
             && r.at_ms <= to
-            && matches!(&r.what, What::KeyRemovedOutside { key: k, .. } if k == key)
+            && matches!(&r.what, Entry::KeyRemovedOutside { key: k, .. } if k == key)
     })
 }
 
@@ -122,11 +122,11 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
     let stop_at = history
         .records
         .iter()
-        .find(|r| matches!(r.what, What::StopAll))
+        .find(|r| matches!(r.what, Entry::StopAll))
         .map(|r| r.at_ms);
     let none = Vec::new();
     for r in &history.records {
-        let What::Contender {
+        let Entry::Contender {
             contender: c,
             name,
             event,
@@ -416,7 +416,7 @@ fn resign_truth(
 /// Every sampled probe: one that says it leads has not ended.
 fn samples_truth(history: &History, v: &mut Verdict) {
     for r in &history.records {
-        let What::ContenderSample(contenders) = &r.what else {
+        let Entry::ContenderSample(contenders) = &r.what else {
             continue;
         };
         for (c, s) in contenders.iter().enumerate() {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::contenders::{events_of, owner, prompt, undisturbed};
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::{Case, Direction, Fault};
-use crate::history::{ContenderEvent, ContenderSample, History, LogEntry, What};
+use crate::history::{ContenderEvent, ContenderSample, Entry, History, LogEntry};
 
 pub(super) fn no_zombie(
     history: &History,
@@ -17,7 +17,7 @@ pub(super) fn no_zombie(
     v: &mut Verdict,
 ) {
     for r in &history.records {
-        let What::Fault(Fault::DeleteWaiterKey { .. }) = &r.what else {
+        let Entry::Fault(Fault::DeleteWaiterKey { .. }) = &r.what else {
             continue;
         };
         // The key removal recorded with the fault.
@@ -33,7 +33,7 @@ pub(super) fn no_zombie(
         // The incarnation deleted: a campaign still joining may create the
         // key again (a new create revision), and lead with that one.
         let deleted = history.records.iter().find_map(|x| match &x.what {
-            What::ElectionLog(log) => log
+            Entry::ElectionLog(log) => log
                 .iter()
                 .find(|e| !e.present && e.key == key && e.at_ms == r.at_ms)
                 .map(|e| e.create_revision),
@@ -82,7 +82,7 @@ pub(super) fn withdrawn_leave_no_key(
     v: &mut Verdict,
 ) {
     for r in &history.records {
-        let What::Contender {
+        let Entry::Contender {
             contender: c,
             name,
             event: ContenderEvent::Cancelled { lease: Some(lease) },
@@ -133,7 +133,7 @@ pub(super) fn losing_tries_write_nothing(
     // Each contender's open try per name: when it started.
     let mut open: BTreeMap<(usize, &str), u64> = BTreeMap::new();
     for r in &history.records {
-        let What::Contender {
+        let Entry::Contender {
             contender,
             name,
             event,
@@ -233,19 +233,19 @@ pub(super) fn lossy(history: &History, c: usize) -> Vec<(u64, u64)> {
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::Fault(Fault::DropReplies { ms }) => Some((r.at_ms, r.at_ms + ms)),
+            Entry::Fault(Fault::DropReplies { ms }) => Some((r.at_ms, r.at_ms + ms)),
             _ => None,
         })
         .collect();
     out.extend(history.spans(
         |what| {
-            matches!(what, What::Fault(Fault::ContenderPartition {
+            matches!(what, Entry::Fault(Fault::ContenderPartition {
                 contender,
                 direction: Direction::FromEtcd | Direction::Both,
                 ..
             }) if *contender == c)
         },
-        |what| matches!(what, What::ContenderPartitionEnded { contender } if *contender == c),
+        |what| matches!(what, Entry::ContenderPartitionEnded { contender } if *contender == c),
     ));
     out
 }
@@ -311,13 +311,13 @@ pub(super) fn loss_reported(
     let stop = history
         .records
         .iter()
-        .find(|r| matches!(r.what, What::StopAll))
+        .find(|r| matches!(r.what, Entry::StopAll))
         .map_or(u64::MAX, |r| r.at_ms);
     let resumed: Vec<(usize, u64)> = history
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::ContenderResumed { contender } => Some((*contender, r.at_ms)),
+            Entry::ContenderResumed { contender } => Some((*contender, r.at_ms)),
             _ => None,
         })
         .collect();
@@ -381,7 +381,7 @@ pub(super) fn session_lease_lives(
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::KeyRemovedOutside { lease, .. } => {
+            Entry::KeyRemovedOutside { lease, .. } => {
                 let window = match owner(owners, *lease) {
                     Some(c) => {
                         let ttl = ttl_of(c);
@@ -407,7 +407,7 @@ pub(super) fn session_lease_lives(
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::ContenderResumed { contender } => Some((*contender, r.at_ms)),
+            Entry::ContenderResumed { contender } => Some((*contender, r.at_ms)),
             _ => None,
         })
         .collect();
@@ -458,7 +458,7 @@ pub(super) fn latencies(
     // `prompt()` (else it measures the other fault: a successor paused
     // through the expiry takes over when it resumes, whatever the policy).
     for r in &history.records {
-        let What::Fault(Fault::ContenderCrash { contender, .. }) = &r.what else {
+        let Entry::Fault(Fault::ContenderCrash { contender, .. }) = &r.what else {
             continue;
         };
         let before = samples.iter().rev().find(|(t, _)| *t < r.at_ms);
@@ -498,7 +498,7 @@ pub(super) fn latencies(
     }
     // Handover: a resign to the next leader of the name, if one waited.
     for r in &history.records {
-        let What::Contender {
+        let Entry::Contender {
             contender,
             name,
             event: ContenderEvent::Resigning,
@@ -509,7 +509,7 @@ pub(super) fn latencies(
         };
         let next = history.records.iter().find(|x| {
             x.at_ms >= r.at_ms
-                && matches!(&x.what, What::Contender { contender: c2, name: n2, event: ContenderEvent::Elected { .. }, .. } if c2 != contender && n2 == name)
+                && matches!(&x.what, Entry::Contender { contender: c2, name: n2, event: ContenderEvent::Elected { .. }, .. } if c2 != contender && n2 == name)
         });
         if let Some(x) = next {
             if x.at_ms <= r.at_ms + 2000 {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::bounds::ms;
 use crate::faults::schedule::Fault;
-use crate::history::{contender_of, ContenderEvent, History, What};
+use crate::history::{contender_of, ContenderEvent, Entry, History};
 
 /// A request timeout plus a second for watch delivery: how soon an
 /// undisturbed process learns of a change to its queue.
@@ -34,35 +34,35 @@ pub(super) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
     let mut open: BTreeMap<&'static str, u64> = BTreeMap::new();
     for r in &history.records {
         match &r.what {
-            What::Fault(Fault::ContenderPartition { contender, .. }) if *contender == c => {
+            Entry::Fault(Fault::ContenderPartition { contender, .. }) if *contender == c => {
                 open.entry("partition").or_insert(r.at_ms);
             }
-            What::ContenderPartitionEnded { contender } if *contender == c => {
+            Entry::ContenderPartitionEnded { contender } if *contender == c => {
                 if let Some(s) = open.remove("partition") {
                     out.push((s, r.at_ms));
                 }
             }
-            What::Fault(Fault::ContenderPause { contender, .. }) if *contender == c => {
+            Entry::Fault(Fault::ContenderPause { contender, .. }) if *contender == c => {
                 open.entry("pause").or_insert(r.at_ms);
             }
-            What::ContenderResumed { contender } if *contender == c => {
+            Entry::ContenderResumed { contender } if *contender == c => {
                 if let Some(s) = open.remove("pause") {
                     out.push((s, r.at_ms));
                 }
             }
-            What::Fault(Fault::ContenderCrash { contender, .. }) if *contender == c => {
+            Entry::Fault(Fault::ContenderCrash { contender, .. }) if *contender == c => {
                 open.entry("crash").or_insert(r.at_ms);
             }
-            What::ContenderRestarted { contender } if *contender == c => {
+            Entry::ContenderRestarted { contender } if *contender == c => {
                 if let Some(s) = open.remove("crash") {
                     out.push((s, r.at_ms));
                 }
             }
-            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+            Entry::Fault(Fault::LeaderChange { unavailable_ms }) => {
                 out.push((r.at_ms, r.at_ms + unavailable_ms));
             }
-            What::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
-            What::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
+            Entry::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
+            Entry::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
             _ => {}
         }
     }
@@ -89,7 +89,7 @@ pub(super) fn events_of<'a>(
     name: &'a str,
 ) -> impl Iterator<Item = (u64, &'a ContenderEvent)> + 'a {
     history.records.iter().filter_map(move |r| match &r.what {
-        What::Contender {
+        Entry::Contender {
             contender,
             name: n,
             event,

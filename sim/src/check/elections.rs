@@ -56,8 +56,8 @@ use super::contenders::{
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::Case;
 use crate::history::{
-    resource_key, CampaignMode, ContenderEvent, ContenderSample, DeleteCause, History, LogEntry,
-    What,
+    resource_key, CampaignMode, ContenderEvent, ContenderSample, DeleteCause, Entry, History,
+    LogEntry,
 };
 
 /// Checks every election invariant of `case` and adds to `v`.
@@ -66,7 +66,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
         .records
         .iter()
         .find_map(|r| match &r.what {
-            What::ElectionLog(l) => Some(l.clone()),
+            Entry::ElectionLog(l) => Some(l.clone()),
             _ => None,
         })
         .unwrap_or_default();
@@ -79,18 +79,18 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     let heal_at = history
         .records
         .iter()
-        .find(|r| matches!(r.what, What::HealAll))
+        .find(|r| matches!(r.what, Entry::HealAll))
         .map(|r| r.at_ms);
     let stop_at = history
         .records
         .iter()
-        .find(|r| matches!(r.what, What::StopAll))
+        .find(|r| matches!(r.what, Entry::StopAll))
         .map_or(u64::MAX, |r| r.at_ms);
     let samples: Vec<(u64, &Vec<ContenderSample>)> = history
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::ContenderSample(s) => Some((r.at_ms, s)),
+            Entry::ContenderSample(s) => Some((r.at_ms, s)),
             _ => None,
         })
         .collect();
@@ -119,7 +119,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
 /// it was reported no older key of the name was in etcd (it led).
 pub(super) fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdict) {
     for r in &history.records {
-        let What::Contender {
+        let Entry::Contender {
             contender,
             name,
             event: ContenderEvent::Elected {
@@ -181,7 +181,7 @@ pub(super) fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdi
 /// error (a task gone, a refusal) is a bug.
 pub(super) fn campaigns_fail_only_when_lost(history: &History, v: &mut Verdict) {
     for r in &history.records {
-        let What::Contender {
+        let Entry::Contender {
             contender,
             name,
             event: ContenderEvent::Failed { error, lost },
@@ -425,7 +425,7 @@ pub(super) fn leader_after_heal(
             break;
         }
         match &r.what {
-            What::Contender {
+            Entry::Contender {
                 contender,
                 name,
                 event,
@@ -443,7 +443,7 @@ pub(super) fn leader_after_heal(
                     }
                 }
             }
-            What::ContenderSample(contenders) => {
+            Entry::ContenderSample(contenders) => {
                 for (name, w) in &waiting {
                     let led = contenders
                         .iter()

@@ -8,7 +8,7 @@ use super::hosts::healthy;
 use super::leases::{fleet_outages, lease_log};
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::{Case, Direction, Fault};
-use crate::history::{History, HostSample, What};
+use crate::history::{Entry, History, HostSample};
 
 /// Whose heals [`heal_times`] checks: the hosts' liveness, or the
 /// election and lock processes' sessions. One lease engine heals both,
@@ -23,12 +23,12 @@ pub(super) struct Healers {
     nominal: Nominal,
     /// The subject and path of a record that begins one of a subject's own
     /// faults (partition, pause, crash).
-    begins: fn(&What) -> Option<(usize, HealPath)>,
+    begins: fn(&Entry) -> Option<(usize, HealPath)>,
     /// The subject and path of a record that ends one.
-    ends: fn(&What) -> Option<(usize, HealPath)>,
+    ends: fn(&Entry) -> Option<(usize, HealPath)>,
     /// The subject of a record that begins a partition losing etcd's
     /// messages to it (a stream it stalls stays stalled after).
-    mutes: fn(&What) -> Option<usize>,
+    mutes: fn(&Entry) -> Option<usize>,
     /// Each revoke of a subject's lease from outside (a heal is timed from
     /// it): (when, subject).
     revokes: Vec<(u64, usize)>,
@@ -55,19 +55,19 @@ impl Healers {
                 ..Nominal::default()
             },
             begins: |w| match w {
-                What::Fault(Fault::Partition { host, .. }) => Some((*host, HealPath::Partition)),
-                What::Fault(Fault::Pause { host, .. }) => Some((*host, HealPath::Pause)),
-                What::Fault(Fault::Crash { host, .. }) => Some((*host, HealPath::Restart)),
+                Entry::Fault(Fault::Partition { host, .. }) => Some((*host, HealPath::Partition)),
+                Entry::Fault(Fault::Pause { host, .. }) => Some((*host, HealPath::Pause)),
+                Entry::Fault(Fault::Crash { host, .. }) => Some((*host, HealPath::Restart)),
                 _ => None,
             },
             ends: |w| match w {
-                What::PartitionEnded { host } => Some((*host, HealPath::Partition)),
-                What::Resumed { host } => Some((*host, HealPath::Pause)),
-                What::Restarted { host } => Some((*host, HealPath::Restart)),
+                Entry::PartitionEnded { host } => Some((*host, HealPath::Partition)),
+                Entry::Resumed { host } => Some((*host, HealPath::Pause)),
+                Entry::Restarted { host } => Some((*host, HealPath::Restart)),
                 _ => None,
             },
             mutes: |w| match w {
-                What::Fault(Fault::Partition {
+                Entry::Fault(Fault::Partition {
                     host,
                     direction: Direction::FromEtcd | Direction::Both,
                     ..
@@ -78,7 +78,7 @@ impl Healers {
                 .records
                 .iter()
                 .filter_map(|r| match r.what {
-                    What::Fault(Fault::RevokeLease { host }) => Some((r.at_ms, host)),
+                    Entry::Fault(Fault::RevokeLease { host }) => Some((r.at_ms, host)),
                     _ => None,
                 })
                 .collect(),
@@ -94,7 +94,7 @@ impl Healers {
                 .records
                 .iter()
                 .filter_map(|r| match &r.what {
-                    What::ContenderSample(s) => Some((
+                    Entry::ContenderSample(s) => Some((
                         r.at_ms,
                         s.iter()
                             .map(|c| c.session_lease.is_some_and(|(_, live)| live))
@@ -106,27 +106,27 @@ impl Healers {
             ttls: case.contenders.iter().map(|c| c.ttl).collect(),
             nominal: Nominal::sessions(),
             begins: |w| match w {
-                What::Fault(Fault::ContenderPartition { contender, .. }) => {
+                Entry::Fault(Fault::ContenderPartition { contender, .. }) => {
                     Some((*contender, HealPath::Partition))
                 }
-                What::Fault(Fault::ContenderPause { contender, .. }) => {
+                Entry::Fault(Fault::ContenderPause { contender, .. }) => {
                     Some((*contender, HealPath::Pause))
                 }
-                What::Fault(Fault::ContenderCrash { contender, .. }) => {
+                Entry::Fault(Fault::ContenderCrash { contender, .. }) => {
                     Some((*contender, HealPath::Restart))
                 }
                 _ => None,
             },
             ends: |w| match w {
-                What::ContenderPartitionEnded { contender } => {
+                Entry::ContenderPartitionEnded { contender } => {
                     Some((*contender, HealPath::Partition))
                 }
-                What::ContenderResumed { contender } => Some((*contender, HealPath::Pause)),
-                What::ContenderRestarted { contender } => Some((*contender, HealPath::Restart)),
+                Entry::ContenderResumed { contender } => Some((*contender, HealPath::Pause)),
+                Entry::ContenderRestarted { contender } => Some((*contender, HealPath::Restart)),
                 _ => None,
             },
             mutes: |w| match w {
-                What::Fault(Fault::ContenderPartition {
+                Entry::Fault(Fault::ContenderPartition {
                     contender,
                     direction: Direction::FromEtcd | Direction::Both,
                     ..
@@ -138,7 +138,7 @@ impl Healers {
             revokes: history
                 .records
                 .iter()
-                .filter(|r| matches!(r.what, What::Fault(Fault::RevokeLeaderLease { .. })))
+                .filter(|r| matches!(r.what, Entry::Fault(Fault::RevokeLeaderLease { .. })))
                 .filter_map(|r| {
                     let (_, lease) = history.removed_outside_at(r.at_ms)?;
                     let client = leases?.get(&lease)?.client;
@@ -165,7 +165,7 @@ pub(super) fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) 
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Fault(Fault::DropReplies { ms }) => Some(r.at_ms + ms),
+            Entry::Fault(Fault::DropReplies { ms }) => Some(r.at_ms + ms),
             _ => None,
         })
         .collect();
@@ -181,10 +181,10 @@ pub(super) fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) 
             clears.push((subject, r.at_ms, path));
         }
         match r.what {
-            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+            Entry::Fault(Fault::LeaderChange { unavailable_ms }) => {
                 clears.extend(everyone(HealPath::LeaderChange, r.at_ms + unavailable_ms));
             }
-            What::Fault(Fault::DropReplies { ms }) => {
+            Entry::Fault(Fault::DropReplies { ms }) => {
                 let path = if ms < request_ms {
                     HealPath::UnansweredBlip
                 } else {
@@ -192,10 +192,10 @@ pub(super) fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) 
                 };
                 clears.extend(everyone(path, r.at_ms + ms));
             }
-            What::Fault(Fault::Wipe { down_ms, .. }) => {
+            Entry::Fault(Fault::Wipe { down_ms, .. }) => {
                 clears.extend(everyone(HealPath::Wiped, r.at_ms + down_ms));
             }
-            What::HealAll => clears.extend(everyone(HealPath::GlobalHeal, r.at_ms)),
+            Entry::HealAll => clears.extend(everyone(HealPath::GlobalHeal, r.at_ms)),
             _ => {}
         }
     }
@@ -208,11 +208,11 @@ pub(super) fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) 
                     || healers.revokes.contains(&(r.at_ms, subject))
                     || matches!(
                         r.what,
-                        What::Fault(
+                        Entry::Fault(
                             Fault::LeaderChange { .. }
                                 | Fault::DropReplies { .. }
                                 | Fault::Wipe { .. }
-                        ) | What::StopAll
+                        ) | Entry::StopAll
                     ))
         })
     };
@@ -256,13 +256,13 @@ pub(super) fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) 
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Fault(Fault::LeaderChange { unavailable_ms: d }) => {
+            Entry::Fault(Fault::LeaderChange { unavailable_ms: d }) => {
                 Some((r.at_ms, r.at_ms + d, HealPath::LeaderChange))
             }
-            What::Fault(Fault::DropReplies { ms: d }) => {
+            Entry::Fault(Fault::DropReplies { ms: d }) => {
                 Some((r.at_ms, r.at_ms + d, HealPath::UnansweredBlip))
             }
-            What::Fault(Fault::Wipe { down_ms: d, .. }) => {
+            Entry::Fault(Fault::Wipe { down_ms: d, .. }) => {
                 Some((r.at_ms, r.at_ms + d, HealPath::Wiped))
             }
             _ => None,
@@ -421,7 +421,7 @@ pub(super) fn heal_times(healers: &Healers, history: &History, v: &mut Verdict) 
 /// second (when every host registers for the first time).
 pub(super) fn peak_grants(history: &History) -> Option<u64> {
     let times = history.records.iter().find_map(|r| match &r.what {
-        What::GrantTimes(t) => Some(t),
+        Entry::GrantTimes(t) => Some(t),
         _ => None,
     })?;
     peak_in(times, 1000)
@@ -472,7 +472,7 @@ pub(super) fn herd(history: &History, fleet: usize, v: &mut Verdict) {
 /// at).
 pub(super) fn herd_share(history: &History, fleet: usize) -> Option<(u64, u64)> {
     let times = history.records.iter().find_map(|r| match &r.what {
-        What::HealRequests(t) => Some(t),
+        Entry::HealRequests(t) => Some(t),
         _ => None,
     })?;
     let outages = fleet_outages(history);

@@ -10,7 +10,7 @@ use super::bounds::{heal_bound, ms, Nominal};
 use super::leases::{expiry_deadline, leader_windows, lease_log};
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::{Case, Fault};
-use crate::history::{Condition, History, HostSample, What, SAMPLE_EVERY};
+use crate::history::{Condition, Entry, History, HostSample, SAMPLE_EVERY};
 
 /// Registered, with its key attached to the lease it reports.
 pub(super) fn healthy(s: &HostSample) -> bool {
@@ -26,7 +26,7 @@ pub(super) fn host_samples(history: &History) -> Vec<(u64, &Vec<HostSample>)> {
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::Sample(s) => Some((r.at_ms, s)),
+            Entry::Sample(s) => Some((r.at_ms, s)),
             _ => None,
         })
         .collect()
@@ -48,7 +48,7 @@ pub(super) fn lease_matches(
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Resumed { host } => Some((host, r.at_ms)),
+            Entry::Resumed { host } => Some((host, r.at_ms)),
             _ => None,
         })
         .collect();
@@ -61,9 +61,9 @@ pub(super) fn lease_matches(
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Fault(Fault::RevokeLease { host }) => Some((host, r.at_ms)),
+            Entry::Fault(Fault::RevokeLease { host }) => Some((host, r.at_ms)),
             // A wipe revokes every lease, with etcd down meanwhile.
-            What::Fault(Fault::Wipe { .. }) => Some((usize::MAX, r.at_ms)),
+            Entry::Fault(Fault::Wipe { .. }) => Some((usize::MAX, r.at_ms)),
             _ => None,
         })
         .map(|(host, at)| {
@@ -114,16 +114,16 @@ pub(super) fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u
         r.at_ms + span_ms >= at
             && r.at_ms <= at + span_ms
             && match &r.what {
-                What::Fault(
+                Entry::Fault(
                     Fault::Partition { host: h, .. }
                     | Fault::Pause { host: h, .. }
                     | Fault::Crash { host: h, .. }
                     | Fault::Stop { host: h },
                 ) => *h == host,
-                What::PartitionEnded { host: h }
-                | What::Resumed { host: h }
-                | What::Restarted { host: h } => *h == host,
-                What::Fault(
+                Entry::PartitionEnded { host: h }
+                | Entry::Resumed { host: h }
+                | Entry::Restarted { host: h } => *h == host,
+                Entry::Fault(
                     Fault::LeaderChange { .. }
                     | Fault::DropReplies { .. }
                     | Fault::Wipe { .. }
@@ -138,7 +138,7 @@ pub(super) fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u
 /// (`state()` is held to etcd's truth by the lease-match invariant.)
 pub(super) fn lease_id_agrees(history: &History, v: &mut Verdict) {
     for r in &history.records {
-        let What::LeaseIdRead {
+        let Entry::LeaseIdRead {
             host,
             lease_id,
             state_lease,
@@ -179,7 +179,7 @@ pub(super) fn states_announced(
     let mut pauses: BTreeMap<usize, Vec<(u64, u64)>> = BTreeMap::new();
     for r in &history.records {
         match &r.what {
-            What::Event {
+            Entry::Event {
                 host,
                 event:
                     LivenessEvent::Registered { lease, .. } | LivenessEvent::Reregistered { lease, .. },
@@ -187,16 +187,16 @@ pub(super) fn states_announced(
             } => {
                 announced.insert((*host, lease.0));
             }
-            What::EventsLagged { host } => {
+            Entry::EventsLagged { host } => {
                 lagged.insert(*host);
             }
-            What::Fault(Fault::Crash { host, .. }) => {
+            Entry::Fault(Fault::Crash { host, .. }) => {
                 crashes.entry(*host).or_default().push(r.at_ms);
             }
-            What::Fault(Fault::Pause { host, .. }) => {
+            Entry::Fault(Fault::Pause { host, .. }) => {
                 paused_at.insert(*host, r.at_ms);
             }
-            What::Resumed { host } => {
+            Entry::Resumed { host } => {
                 if let Some(from) = paused_at.remove(host) {
                     pauses.entry(*host).or_default().push((from, r.at_ms));
                 }
@@ -259,12 +259,12 @@ pub(super) fn liveness_records(history: &History, v: &mut Verdict) {
     let mut lagged: BTreeSet<usize> = BTreeSet::new();
     for r in &history.records {
         let (host, incarnation, event) = match &r.what {
-            What::Event {
+            Entry::Event {
                 host,
                 incarnation,
                 event,
             } => (*host, *incarnation, event),
-            What::EventsLagged { host } => {
+            Entry::EventsLagged { host } => {
                 lagged.insert(*host);
                 continue;
             }
@@ -347,7 +347,7 @@ pub(super) fn back_after_heal(
         .iter()
         .filter(|r| r.at_ms <= heal_at)
         .filter_map(|r| match r.what {
-            What::Fault(Fault::Stop { host }) => Some(host),
+            Entry::Fault(Fault::Stop { host }) => Some(host),
             _ => None,
         })
         .collect();
@@ -386,13 +386,13 @@ pub(super) fn crashed_keys_expire(
 ) {
     let windows = leader_windows(history);
     for (idx, r) in history.records.iter().enumerate() {
-        let What::Fault(Fault::Crash { host, .. }) = r.what else {
+        let Entry::Fault(Fault::Crash { host, .. }) = r.what else {
             continue;
         };
         let crashed = r.at_ms;
         let restarted = history.records[idx..]
             .iter()
-            .find(|x| matches!(x.what, What::Restarted { host: h } if h == host))
+            .find(|x| matches!(x.what, Entry::Restarted { host: h } if h == host))
             .map_or(u64::MAX, |x| x.at_ms);
         let ttl = case.ttls.get(host).copied().unwrap_or(2).max(2) * 1000;
         let deadline = expiry_deadline(crashed, ttl, &windows);
@@ -434,7 +434,7 @@ pub(super) fn no_ghost(
     let stop_all_at = history
         .records
         .iter()
-        .find(|r| matches!(r.what, What::StopAll))
+        .find(|r| matches!(r.what, Entry::StopAll))
         .map(|r| r.at_ms);
     let windows = leader_windows(history);
     // Per host: from when its key must be absent for good.
@@ -446,12 +446,12 @@ pub(super) fn no_ghost(
     let mut crashed_at: Vec<Option<u64>> = vec![None; case.ttls.len()];
     for r in &history.records {
         match &r.what {
-            What::Fault(Fault::Crash { host, .. }) => {
+            Entry::Fault(Fault::Crash { host, .. }) => {
                 if let Some(c) = crashed_at.get_mut(*host) {
                     *c = Some(r.at_ms);
                 }
             }
-            What::Stopped { host, result } => {
+            Entry::Stopped { host, result } => {
                 v.checks += 1;
                 if let Some(flag) = returned.get_mut(*host) {
                     *flag = true;
@@ -491,7 +491,7 @@ pub(super) fn no_ghost(
                     *slot = Some(from.max(earlier));
                 }
             }
-            What::TaskEnded { host, ended } => {
+            Entry::TaskEnded { host, ended } => {
                 v.checks += 1;
                 if !ended {
                     v.violate(

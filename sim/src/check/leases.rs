@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 
 use super::bounds::{ms, EXPIRY_SLACK};
 use crate::faults::schedule::Fault;
-use crate::history::{History, What};
+use crate::history::{Entry, History};
 
 /// etcd's lease log: every lease granted, to whom, and when it ended.
 pub(crate) fn lease_log(history: &History) -> Option<&BTreeMap<i64, crate::history::LeaseLife>> {
     history.records.iter().find_map(|r| match &r.what {
-        What::LeaseLog(log) => Some(log),
+        Entry::LeaseLog(log) => Some(log),
         _ => None,
     })
 }
@@ -22,9 +22,9 @@ pub(super) fn fleet_outages(history: &History) -> Vec<(u64, u64)> {
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Fault(Fault::LeaderChange { unavailable_ms: d })
-            | What::Fault(Fault::DropReplies { ms: d })
-            | What::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
+            Entry::Fault(Fault::LeaderChange { unavailable_ms: d })
+            | Entry::Fault(Fault::DropReplies { ms: d })
+            | Entry::Fault(Fault::Wipe { down_ms: d, .. }) => Some((r.at_ms, r.at_ms + d)),
             _ => None,
         })
         .collect()
@@ -37,7 +37,7 @@ pub(crate) fn leader_windows(history: &History) -> Vec<(u64, u64)> {
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Fault(Fault::LeaderChange { unavailable_ms }) => {
+            Entry::Fault(Fault::LeaderChange { unavailable_ms }) => {
                 Some((r.at_ms, r.at_ms + unavailable_ms))
             }
             _ => None,

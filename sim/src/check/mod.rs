@@ -53,21 +53,21 @@ use self::hosts::{
     liveness_records, no_ghost, states_announced,
 };
 use crate::faults::schedule::Case;
-use crate::history::{History, What};
+use crate::history::{Entry, History};
 
 /// Checks every invariant over `history` of `case`.
 pub fn check(case: &Case, history: &History) -> Verdict {
     let mut v = Verdict::default();
     let samples = host_samples(history);
-    let at_of = |pred: &dyn Fn(&What) -> bool| {
+    let at_of = |pred: &dyn Fn(&Entry) -> bool| {
         history
             .records
             .iter()
             .find(|r| pred(&r.what))
             .map(|r| r.at_ms)
     };
-    let heal_at = at_of(&|w| matches!(w, What::HealAll));
-    let stop_all_at = at_of(&|w| matches!(w, What::StopAll));
+    let heal_at = at_of(&|w| matches!(w, Entry::HealAll));
+    let stop_all_at = at_of(&|w| matches!(w, Entry::StopAll));
 
     lease_matches(case, history, &samples, &mut v);
     if let Some(h) = heal_at {
@@ -95,7 +95,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
         }
     }
     for r in &history.records {
-        if let What::SimulatorAnomalies(n) = r.what {
+        if let Entry::SimulatorAnomalies(n) = r.what {
             v.checks += 1;
             if n > 0 {
                 v.violate(

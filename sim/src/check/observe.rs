@@ -20,7 +20,7 @@ use crate::check::contenders::SUCCESSION_MS;
 use crate::check::watchers::{bounded, watcher_disturbances};
 use crate::check::{Invariant, Verdict};
 use crate::faults::schedule::{Case, WATCHERS};
-use crate::history::{History, LogEntry, What};
+use crate::history::{Entry, History, LogEntry};
 
 /// A leader as the checker compares it: key, token, value.
 type Leader = Option<(String, i64, Vec<u8>)>;
@@ -62,7 +62,7 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::Compacted { revision } => Some((r.at_ms, revision)),
+            Entry::Compacted { revision } => Some((r.at_ms, revision)),
             _ => None,
         })
         .collect();
@@ -70,14 +70,14 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
         .records
         .iter()
         .filter_map(|r| match r.what {
-            What::WatcherRestarted { watcher } => Some((watcher, r.at_ms)),
+            Entry::WatcherRestarted { watcher } => Some((watcher, r.at_ms)),
             _ => None,
         })
         .collect();
     let stop_at = history
         .records
         .iter()
-        .find(|r| matches!(r.what, What::StopAll))
+        .find(|r| matches!(r.what, Entry::StopAll))
         .map(|r| r.at_ms);
     // Each watcher process's disturbances with their catch-up bounds (its
     // start included; a queue holds at most one key per contender).
@@ -101,7 +101,7 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
         let truth = truth(log, &name);
         let mut seen: BTreeMap<usize, Vec<(u64, i64, &Leader)>> = BTreeMap::new();
         for r in &history.records {
-            if let What::Observed {
+            if let Entry::Observed {
                 watcher,
                 name: n,
                 leader,

@@ -18,14 +18,14 @@ fn registered(lease: i64) -> HostSample {
     }
 }
 
-fn record(at_ms: u64, what: What) -> Record {
+fn record(at_ms: u64, what: Entry) -> Record {
     Record { at_ms, what }
 }
 
 fn announced(at_ms: u64, lease: i64) -> Record {
     record(
         at_ms,
-        What::Event {
+        Entry::Event {
             host: 0,
             incarnation: 1,
             event: LivenessEvent::Reregistered {
@@ -54,19 +54,19 @@ fn a_lease_shown_in_state_needs_an_event_naming_it() {
     // are different tasks): both fine.
     let before = vec![
         announced(90, 7),
-        record(100, What::Sample(vec![registered(7)])),
+        record(100, Entry::Sample(vec![registered(7)])),
     ];
     assert_eq!(unannounced(before), vec![]);
     let after = vec![
-        record(100, What::Sample(vec![registered(7)])),
+        record(100, Entry::Sample(vec![registered(7)])),
         announced(100, 7),
     ];
     assert_eq!(unannounced(after), vec![]);
     // Never announced: caught at its first sighting.
     let silent = vec![
         announced(50, 6),
-        record(100, What::Sample(vec![registered(7)])),
-        record(200, What::Sample(vec![registered(7)])),
+        record(100, Entry::Sample(vec![registered(7)])),
+        record(200, Entry::Sample(vec![registered(7)])),
     ];
     assert_eq!(unannounced(silent), vec![(100, Some(0))]);
 }
@@ -74,36 +74,36 @@ fn a_lease_shown_in_state_needs_an_event_naming_it() {
 #[test]
 fn only_a_lagged_subscription_or_a_crash_before_the_recorder_ran_excuses_it() {
     let lagged = vec![
-        record(90, What::EventsLagged { host: 0 }),
-        record(100, What::Sample(vec![registered(7)])),
+        record(90, Entry::EventsLagged { host: 0 }),
+        record(100, Entry::Sample(vec![registered(7)])),
     ];
     assert_eq!(unannounced(lagged), vec![]);
     let crash = |at_ms| {
         record(
             at_ms,
-            What::Fault(Fault::Crash {
+            Entry::Fault(Fault::Crash {
                 host: 0,
                 down_ms: 1000,
             }),
         )
     };
-    let crashed_at_once = vec![record(100, What::Sample(vec![registered(7)])), crash(100)];
+    let crashed_at_once = vec![record(100, Entry::Sample(vec![registered(7)])), crash(100)];
     assert_eq!(unannounced(crashed_at_once), vec![]);
-    let crashed_later = vec![record(100, What::Sample(vec![registered(7)])), crash(300)];
+    let crashed_later = vec![record(100, Entry::Sample(vec![registered(7)])), crash(300)];
     assert_eq!(unannounced(crashed_later), vec![(100, Some(0))]);
     // Paused from 90 to 400: the recorder could not run before the crash.
-    let pause = record(90, What::Fault(Fault::Pause { host: 0, ms: 310 }));
+    let pause = record(90, Entry::Fault(Fault::Pause { host: 0, ms: 310 }));
     let crashed_in_pause = vec![
         pause.clone(),
-        record(100, What::Sample(vec![registered(7)])),
+        record(100, Entry::Sample(vec![registered(7)])),
         crash(300),
-        record(400, What::Resumed { host: 0 }),
+        record(400, Entry::Resumed { host: 0 }),
     ];
     assert_eq!(unannounced(crashed_in_pause), vec![]);
     let crashed_after_pause = vec![
         pause,
-        record(100, What::Sample(vec![registered(7)])),
-        record(400, What::Resumed { host: 0 }),
+        record(100, Entry::Sample(vec![registered(7)])),
+        record(400, Entry::Resumed { host: 0 }),
         crash(500),
     ];
     assert_eq!(unannounced(crashed_after_pause), vec![(100, Some(0))]);

@@ -9,8 +9,8 @@ use crate::check::bounds::{Nominal, WatchPath};
 use crate::check::{Invariant, Verdict};
 use crate::faults::schedule::{Fault, WATCHERS};
 use crate::history::{
-    host_index, Condition, History, HostView, SeenRecord, WatcherEventKind, WatcherEventRecord,
-    WatcherSample, What,
+    host_index, Condition, Entry, History, HostView, KeyChange, SeenRecord, WatcherEventKind,
+    WatcherEventRecord, WatcherSample,
 };
 
 fn ms(d: Duration) -> u64 {
@@ -28,13 +28,13 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::Fault(Fault::Wipe { down_ms: ms, .. }) => {
+            Entry::Fault(Fault::Wipe { down_ms: ms, .. }) => {
                 Some((r.at_ms, r.at_ms + ms, WatchPath::Wiped))
             }
-            What::Fault(Fault::LeaderChange { unavailable_ms: ms }) => {
+            Entry::Fault(Fault::LeaderChange { unavailable_ms: ms }) => {
                 Some((r.at_ms, r.at_ms + ms, WatchPath::LeaderChange))
             }
-            What::Fault(Fault::DropReplies { ms }) => {
+            Entry::Fault(Fault::DropReplies { ms }) => {
                 let path = if Duration::from_millis(*ms) < request_timeout {
                     WatchPath::UnansweredBlip
                 } else {
@@ -42,7 +42,7 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
                 };
                 Some((r.at_ms, r.at_ms + ms, path))
             }
-            What::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms, WatchPath::Compact)),
+            Entry::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms, WatchPath::Compact)),
             _ => None,
         })
         .collect();
@@ -52,22 +52,22 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
     own(
         WatchPath::Restart,
         history.spans(
-            |what| matches!(what, What::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w),
-            |what| matches!(what, What::WatcherRestarted { watcher } if *watcher == w),
+            |what| matches!(what, Entry::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w),
+            |what| matches!(what, Entry::WatcherRestarted { watcher } if *watcher == w),
         ),
     );
     own(
         WatchPath::Partition,
         history.spans(
-            |what| matches!(what, What::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w),
-            |what| matches!(what, What::WatcherPartitionEnded { watcher } if *watcher == w),
+            |what| matches!(what, Entry::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w),
+            |what| matches!(what, Entry::WatcherPartitionEnded { watcher } if *watcher == w),
         ),
     );
     own(
         WatchPath::Pause,
         history.spans(
-            |what| matches!(what, What::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w),
-            |what| matches!(what, What::WatcherResumed { watcher } if *watcher == w),
+            |what| matches!(what, Entry::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w),
+            |what| matches!(what, Entry::WatcherResumed { watcher } if *watcher == w),
         ),
     );
     out
@@ -135,8 +135,8 @@ fn deferred(mut disturbances: Vec<(u64, u64, WatchPath)>) -> Vec<(u64, u64, Watc
 /// of the history ends at `u64::MAX`.
 fn consumer_stalls(history: &History, w: usize) -> Vec<(u64, u64)> {
     history.spans(
-        |what| matches!(what, What::Fault(Fault::ConsumerStall { watcher, .. }) if *watcher == w),
-        |what| matches!(what, What::ConsumerStallEnded { watcher } if *watcher == w),
+        |what| matches!(what, Entry::Fault(Fault::ConsumerStall { watcher, .. }) if *watcher == w),
+        |what| matches!(what, Entry::ConsumerStallEnded { watcher } if *watcher == w),
     )
 }
 
@@ -146,7 +146,7 @@ fn stale_read_windows(history: &History) -> Vec<(u64, u64)> {
         .records
         .iter()
         .filter_map(|r| match &r.what {
-            What::Fault(Fault::StaleReads { ms, .. }) => Some((r.at_ms, r.at_ms + ms)),
+            Entry::Fault(Fault::StaleReads { ms, .. }) => Some((r.at_ms, r.at_ms + ms)),
             _ => None,
         })
         .collect()
@@ -179,7 +179,7 @@ fn check_stalls(
             .filter(|(s, e)| quiet(*s, e.saturating_add(2000)))
             .count() as u64;
         for r in &history.records {
-            let What::WatcherEvent { watcher, event } = &r.what else {
+            let Entry::WatcherEvent { watcher, event } = &r.what else {
                 continue;
             };
             if *watcher != w || event.kind != WatcherEventKind::Retrying {
@@ -218,7 +218,7 @@ pub(crate) fn watchers(
         .records
         .iter()
         .find_map(|r| match &r.what {
-            What::RevisionTimes(t) => Some(t.clone()),
+            Entry::RevisionTimes(t) => Some(t.clone()),
             _ => None,
         })
         .unwrap_or_default();
@@ -278,7 +278,7 @@ pub(crate) fn watchers(
     // and what it wrote (several after wipes, which restart revisions).
     let mut puts: BTreeMap<(usize, i64), Vec<(u64, SeenRecord)>> = BTreeMap::new();
     for r in &history.records {
-        if let What::HostPuts(all) = &r.what {
+        if let Entry::HostPuts(all) = &r.what {
             for (at, host, record) in all {
                 puts.entry((*host, record.mod_revision))
                     .or_default()
@@ -291,11 +291,11 @@ pub(crate) fn watchers(
     // its `Restored`): when, and from what.
     let mut went_back: Vec<Option<(u64, i64)>> = vec![None; WATCHERS];
     // The exact truth: every host-key change, in time order.
-    let changes: Vec<(u64, usize, i64, bool)> = history
+    let changes: Vec<KeyChange> = history
         .records
         .iter()
         .find_map(|r| match &r.what {
-            What::KeyChanges(c) => Some(c.clone()),
+            Entry::KeyChanges(c) => Some(c.clone()),
             _ => None,
         })
         .unwrap_or_default();
@@ -335,23 +335,23 @@ pub(crate) fn watchers(
             made_applied += 1;
         }
         match &r.what {
-            What::Fault(Fault::Wipe { .. }) => {
+            Entry::Fault(Fault::Wipe { .. }) => {
                 for n in &mut wiped {
                     *n += 1;
                 }
             }
-            What::Fault(Fault::Compact) => {
+            Entry::Fault(Fault::Compact) => {
                 compacted_ever = true;
                 for n in &mut compactions {
                     *n += 1;
                 }
             }
-            What::Fault(Fault::ConsumerStall { watcher, .. }) => {
+            Entry::Fault(Fault::ConsumerStall { watcher, .. }) => {
                 if let Some(s) = stalled.get_mut(*watcher) {
                     *s = true;
                 }
             }
-            What::ConsumerStallEnded { watcher } => {
+            Entry::ConsumerStallEnded { watcher } => {
                 if let (Some(s), Some(a)) =
                     (stalled.get_mut(*watcher), awake_since.get_mut(*watcher))
                 {
@@ -359,12 +359,12 @@ pub(crate) fn watchers(
                     *a = r.at_ms;
                 }
             }
-            What::WatcherResumed { watcher } => {
+            Entry::WatcherResumed { watcher } => {
                 if let Some(a) = awake_since.get_mut(*watcher) {
                     *a = r.at_ms;
                 }
             }
-            What::WatcherRestarted { watcher } => {
+            Entry::WatcherRestarted { watcher } => {
                 // A new watcher: it starts from a snapshot.
                 let w = *watcher;
                 if let Some(a) = awake_since.get_mut(w) {
@@ -381,7 +381,7 @@ pub(crate) fn watchers(
                     compactions[w] = u32::from(compacted_ever);
                 }
             }
-            What::WatcherEvent { watcher, event } => {
+            Entry::WatcherEvent { watcher, event } => {
                 let w = *watcher;
                 let Some(view) = views.get_mut(w) else {
                     continue;
@@ -496,7 +496,7 @@ pub(crate) fn watchers(
                     }
                 }
             }
-            What::Sample(hosts) => {
+            Entry::Sample(hosts) => {
                 truth_now = Some(
                     hosts
                         .iter()
@@ -505,10 +505,10 @@ pub(crate) fn watchers(
                         .collect(),
                 );
             }
-            What::WatcherSample(samples) => {
+            Entry::WatcherSample(samples) => {
                 let at = r.at_ms;
-                for (t, host, rev, present) in changes[applied..].iter().take_while(|c| c.0 <= at) {
-                    etcd.insert(*host, (present.then_some(*rev), *t));
+                for c in changes[applied..].iter().take_while(|c| c.at_ms <= at) {
+                    etcd.insert(c.host, (c.present.then_some(c.revision), c.at_ms));
                     applied += 1;
                 }
                 let Some(truth) = truth_now.as_ref() else {

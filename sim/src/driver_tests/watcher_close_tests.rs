@@ -52,7 +52,7 @@ fn closed(driving: Driving, closing: Closing) -> Closed {
 
 #[test]
 fn a_closer_ends_the_watcher_and_wait_returns_once_its_loop_ended() {
-    for driving in [Driving::Background, Driving::OwnTask, Driving::InNext] {
+    for driving in [Driving::Adaptive, Driving::OwnTask, Driving::InNext] {
         for closing in [Closing::CloserThenWait, Closing::Close] {
             let (first, watching, after, next) = closed(driving, closing);
             let case = format!("{driving:?}, {closing:?}");
@@ -104,7 +104,7 @@ fn taken_after_an_early_close(driving: Driving) -> Result<Vec<String>, String> {
 fn a_snapshot_buffered_before_a_close_is_still_taken() {
     let mut expected: Vec<String> = (0..SNAPSHOT_HOSTS).map(|i| format!("up h{i:03}")).collect();
     expected.push("synced".to_string());
-    for driving in [Driving::Background, Driving::OwnTask, Driving::InNext] {
+    for driving in [Driving::Adaptive, Driving::OwnTask, Driving::InNext] {
         match taken_after_an_early_close(driving) {
             Ok(taken) => assert_eq!(taken, expected, "{driving:?}"),
             Err(e) => panic!("the run failed ({driving:?}): {e}"),

@@ -7,7 +7,7 @@ use madsim::runtime::Handle;
 use madsim::task::NodeId;
 use madsim::time::sleep;
 
-use crate::history::{Condition, What};
+use crate::history::{Condition, Entry};
 
 use crate::etcd::hooks;
 use crate::etcd::server::{self, lock};
@@ -21,7 +21,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
     let now = w.now();
     if let Some(applied) = crate::world::contenders::inject(w, case, fault) {
         if applied {
-            w.record(What::Fault(fault.clone()));
+            w.record(Entry::Fault(fault.clone()));
         }
         return;
     }
@@ -43,7 +43,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
             let rev = st.model.revision();
             let done = st.model.compact(rev).is_ok();
             if done {
-                w.record(What::Compacted { revision: rev });
+                w.record(Entry::Compacted { revision: rev });
             }
             done
         }
@@ -85,7 +85,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
                     .proc
                     .end_partition(w2.etcd_node, direction);
                 if ended {
-                    w2.record(What::PartitionEnded { host });
+                    w2.record(Entry::PartitionEnded { host });
                 }
             });
             true
@@ -105,7 +105,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
                     .proc
                     .end_partition(w2.etcd_node, direction);
                 if ended {
-                    w2.record(What::WatcherPartitionEnded { watcher });
+                    w2.record(Entry::WatcherPartitionEnded { watcher });
                 }
             });
             true
@@ -117,7 +117,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
                 madsim::task::spawn(async move {
                     sleep(Duration::from_millis(ms)).await;
                     if fleet(&w2.fleet).hosts[host].proc.end_pause() {
-                        w2.record(What::Resumed { host });
+                        w2.record(Entry::Resumed { host });
                     }
                 });
             }
@@ -130,7 +130,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
                 madsim::task::spawn(async move {
                     sleep(Duration::from_millis(ms)).await;
                     if fleet(&w2.fleet).watchers[watcher].proc.end_pause() {
-                        w2.record(What::WatcherResumed { watcher });
+                        w2.record(Entry::WatcherResumed { watcher });
                     }
                 });
             }
@@ -187,8 +187,8 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
                     .flatten()
             };
             if let Some(revision) = compacted {
-                w.record(What::Fault(Fault::Compact));
-                w.record(What::Compacted { revision });
+                w.record(Entry::Fault(Fault::Compact));
+                w.record(Entry::Compacted { revision });
                 if let Some(node) = handle.get_node(w.etcd_node) {
                     node.spawn(hooks::break_watches(
                         w.etcd.clone(),
@@ -211,7 +211,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
                 // Not if a later stall extended it or the heal ended it.
                 let ended = fleet(&w2.fleet).watchers[watcher].stall_until == now + ms;
                 if ended {
-                    w2.record(What::ConsumerStallEnded { watcher });
+                    w2.record(Entry::ConsumerStallEnded { watcher });
                 }
             });
             true
@@ -243,7 +243,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
         | Fault::RevokeLeaderLease { .. } => false,
     };
     if applied {
-        w.record(What::Fault(fault.clone()));
+        w.record(Entry::Fault(fault.clone()));
     }
 }
 
@@ -278,7 +278,7 @@ pub(crate) fn restart_watcher(w: &World, watcher: usize) {
         slot.proc.node
     };
     Handle::current().restart(node);
-    w.record(What::WatcherRestarted { watcher });
+    w.record(Entry::WatcherRestarted { watcher });
 }
 
 pub(crate) fn restart(w: &World, host: usize) {
@@ -292,7 +292,7 @@ pub(crate) fn restart(w: &World, host: usize) {
         slot.proc.node
     };
     Handle::current().restart(node);
-    w.record(What::Restarted { host });
+    w.record(Entry::Restarted { host });
 }
 
 pub(crate) fn heal_all(w: &World) {
@@ -318,22 +318,22 @@ pub(crate) fn heal_all(w: &World) {
     };
     for (host, (partition_ended, resumed)) in hosts.into_iter().enumerate() {
         if partition_ended {
-            w.record(What::PartitionEnded { host });
+            w.record(Entry::PartitionEnded { host });
         }
         if resumed {
-            w.record(What::Resumed { host });
+            w.record(Entry::Resumed { host });
         }
         restart(w, host);
     }
     for (watcher, (partition_ended, resumed, stall_ended)) in watchers.into_iter().enumerate() {
         if partition_ended {
-            w.record(What::WatcherPartitionEnded { watcher });
+            w.record(Entry::WatcherPartitionEnded { watcher });
         }
         if stall_ended {
-            w.record(What::ConsumerStallEnded { watcher });
+            w.record(Entry::ConsumerStallEnded { watcher });
         }
         if resumed {
-            w.record(What::WatcherResumed { watcher });
+            w.record(Entry::WatcherResumed { watcher });
         }
         restart_watcher(w, watcher);
     }

@@ -15,7 +15,7 @@ use madsim::task::NodeId;
 use madsim::time::{sleep, sleep_until, Instant};
 use tokio::sync::watch;
 
-use crate::history::{host_index, History, Recorder, SeenRecord, What};
+use crate::history::{host_index, Entry, History, KeyChange, Recorder, SeenRecord};
 
 use crate::check::bounds::{election_bound, heal_bound, watcher_bound, SETTLED};
 
@@ -114,7 +114,7 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
     }
     sleep_until(start + Duration::from_millis(case.phase1_ms)).await;
     heal_all(&world);
-    world.record(What::HealAll);
+    world.record(Entry::HealAll);
     let mut settle = heal_bound().max(watcher_bound()) + SETTLED;
     if !case.contenders.is_empty() {
         // Room for the election checks' windows after their bound.
@@ -122,7 +122,7 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
     }
     sleep(settle).await;
 
-    world.record(What::StopAll);
+    world.record(Entry::StopAll);
     for slot in fleet(&world.fleet).hosts.iter_mut() {
         slot.stopped = true;
         slot.stop.send_replace(true);
@@ -135,7 +135,7 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
         .log
         .anomalies
         .load(std::sync::atomic::Ordering::Relaxed);
-    world.record(What::SimulatorAnomalies(anomalies));
+    world.record(Entry::SimulatorAnomalies(anomalies));
     let (times, grants, changes, puts, lease_log) = {
         let st = lock(&world.etcd);
         let prefix = coord::DEFAULT_PREFIX.as_bytes();
@@ -144,7 +144,12 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
             .iter()
             .filter_map(|(at, key, rev, present)| {
                 let host = std::str::from_utf8(key.strip_prefix(prefix)?).ok()?;
-                Some((*at, host_index(host)?, *rev, *present))
+                Some(KeyChange {
+                    at_ms: *at,
+                    host: host_index(host)?,
+                    revision: *rev,
+                    present: *present,
+                })
             })
             .collect();
         let puts: Vec<(u64, usize, SeenRecord)> = st
@@ -169,16 +174,16 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .clone();
-    world.record(What::HostPuts(puts));
-    world.record(What::RevisionTimes(times));
+    world.record(Entry::HostPuts(puts));
+    world.record(Entry::RevisionTimes(times));
     if !case.contenders.is_empty() {
         let log = lock(&world.etcd).other_changes.clone();
-        world.record(What::ElectionLog(log));
+        world.record(Entry::ElectionLog(log));
     }
-    world.record(What::LeaseLog(lease_log));
-    world.record(What::GrantTimes(grants));
-    world.record(What::HealRequests(heal_requests));
-    world.record(What::KeyChanges(changes));
+    world.record(Entry::LeaseLog(lease_log));
+    world.record(Entry::GrantTimes(grants));
+    world.record(Entry::HealRequests(heal_requests));
+    world.record(Entry::KeyChanges(changes));
     let history = world.recorder.snapshot();
     // Tear the simulation down: the nodes' tasks and init closures hold the
     // world (and madsim handles) in cycles that dropping the runtime alone

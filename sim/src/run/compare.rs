@@ -17,7 +17,7 @@ use coord::{BackoffConfig, LivenessOptions, OnLoss, SessionOptions, WatcherOptio
 
 use crate::etcd::client::SimEtcd;
 use crate::faults::schedule::Fault;
-use crate::history::{host_index, History, WatcherEventKind, What};
+use crate::history::{host_index, Entry, History, WatcherEventKind};
 use crate::run::runner::CaseResult;
 use crate::world::Variant;
 
@@ -69,14 +69,14 @@ pub fn flaps(history: &History) -> u64 {
     let mut seen: BTreeSet<(usize, i64)> = BTreeSet::new();
     for r in &history.records {
         match &r.what {
-            What::Fault(Fault::Crash { host, .. }) => {
+            Entry::Fault(Fault::Crash { host, .. }) => {
                 dead.insert(*host);
             }
-            What::Restarted { host } => {
+            Entry::Restarted { host } => {
                 dead.remove(host);
             }
-            What::StopAll => stopping = true,
-            What::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Down => {
+            Entry::StopAll => stopping = true,
+            Entry::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Down => {
                 let Some(h) = event.host.as_deref().and_then(host_index) else {
                     continue;
                 };

@@ -21,7 +21,7 @@ use crate::etcd::server::{lock, EtcdState};
 use crate::faults::schedule::{Case, ContenderKind, ContenderSpec, Fault};
 use crate::history::{client_id, resource_key};
 use crate::history::{
-    Aftermath, CampaignMode, Condition, ContenderEvent, ContenderSample, What, WriteOutcome,
+    Aftermath, CampaignMode, Condition, ContenderEvent, ContenderSample, Entry, WriteOutcome,
 };
 use crate::world::fleet::{fleet, ContenderSlot, Proc, Variant, World};
 
@@ -251,7 +251,7 @@ async fn agent<W: Variant>(
     let lease = session.lease_id().map(|l| l.0);
     let ok = owner.close().await.is_ok();
     if let Some(name) = first_name {
-        w.record(What::Contender {
+        w.record(Entry::Contender {
             contender: c,
             incarnation,
             name,
@@ -282,7 +282,7 @@ fn random_ms(lo: u64, hi: u64) -> Duration {
 
 impl Loop {
     fn record(&self, event: ContenderEvent) {
-        self.w.record(What::Contender {
+        self.w.record(Entry::Contender {
             contender: self.c,
             incarnation: self.incarnation,
             name: self.name.clone(),
@@ -579,7 +579,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) -> Option<bool> {
                     .proc
                     .end_partition(w2.etcd_node, direction);
                 if ended {
-                    w2.record(What::ContenderPartitionEnded { contender });
+                    w2.record(Entry::ContenderPartitionEnded { contender });
                 }
             });
             true
@@ -591,7 +591,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) -> Option<bool> {
                 madsim::task::spawn(async move {
                     sleep(Duration::from_millis(ms)).await;
                     if fleet(&w2.fleet).contenders[contender].proc.end_pause() {
-                        w2.record(What::ContenderResumed { contender });
+                        w2.record(Entry::ContenderResumed { contender });
                     }
                 });
             }
@@ -608,7 +608,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) -> Option<bool> {
             };
             st.model.delete(&kv.key);
             st.after_change(now);
-            w.record(What::KeyRemovedOutside {
+            w.record(Entry::KeyRemovedOutside {
                 key: String::from_utf8_lossy(&kv.key).into_owned(),
                 lease: kv.lease,
             });
@@ -626,7 +626,7 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) -> Option<bool> {
                 return Some(false);
             }
             st.after_change(now);
-            w.record(What::KeyRemovedOutside {
+            w.record(Entry::KeyRemovedOutside {
                 key: String::from_utf8_lossy(&kv.key).into_owned(),
                 lease: kv.lease,
             });
@@ -648,7 +648,7 @@ pub(crate) fn restart(w: &World, c: usize) {
         slot.proc.node
     };
     Handle::current().restart(node);
-    w.record(What::ContenderRestarted { contender: c });
+    w.record(Entry::ContenderRestarted { contender: c });
 }
 
 /// Ends every partition and pause of the contenders and restarts the
@@ -661,10 +661,10 @@ pub(crate) fn heal_all(w: &World) {
         .collect();
     for (c, (partition_ended, resumed)) in healed.into_iter().enumerate() {
         if partition_ended {
-            w.record(What::ContenderPartitionEnded { contender: c });
+            w.record(Entry::ContenderPartitionEnded { contender: c });
         }
         if resumed {
-            w.record(What::ContenderResumed { contender: c });
+            w.record(Entry::ContenderResumed { contender: c });
         }
         restart(w, c);
     }

@@ -13,7 +13,7 @@ use madsim::time::Instant;
 use tokio::sync::watch;
 
 use crate::etcd::client::SimEtcd;
-use crate::history::{HostView, Recorder, What};
+use crate::history::{Entry, HostView, Recorder};
 
 use crate::etcd::server::{now_ms, SharedEtcd};
 pub(crate) use crate::world::process::Proc;
@@ -126,7 +126,7 @@ impl World {
         now_ms(self.start)
     }
 
-    pub(crate) fn record(&self, what: What) {
+    pub(crate) fn record(&self, what: Entry) {
         self.recorder.record(self.now(), what);
     }
 

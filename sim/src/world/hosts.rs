@@ -6,7 +6,7 @@ use std::time::Duration;
 use coord::{HostLiveness, HostMetadata, LivenessOptions, LivenessStatus};
 use tokio::sync::broadcast;
 
-use crate::history::What;
+use crate::history::Entry;
 use crate::world::fleet::{fleet, Variant, World};
 
 /// The key of host `i`.
@@ -47,7 +47,7 @@ pub(crate) async fn agent<W: Variant>(w: World, wrap: W, i: usize, ttl: u64, see
     let host = match HostLiveness::register(wrap.wrap(etcd), meta, opts).await {
         Ok(h) => h,
         Err(e) => {
-            w.record(What::Stopped {
+            w.record(Entry::Stopped {
                 host: i,
                 result: Err(e),
             });
@@ -62,19 +62,19 @@ pub(crate) async fn agent<W: Variant>(w: World, wrap: W, i: usize, ttl: u64, see
             biased;
             ev = events.recv() => match ev {
                 Ok(event) => {
-                    w.record(What::Event { host: i, incarnation, event });
+                    w.record(Entry::Event { host: i, incarnation, event });
                     let state_lease = match &*status.borrow() {
                         LivenessStatus::Registered { lease } => Some(lease.0),
                         _ => None,
                     };
-                    w.record(What::LeaseIdRead {
+                    w.record(Entry::LeaseIdRead {
                         host: i,
                         lease_id: host.lease_id().map(|l| l.0),
                         state_lease,
                     });
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    w.record(What::EventsLagged { host: i });
+                    w.record(Entry::EventsLagged { host: i });
                 }
                 Err(broadcast::error::RecvError::Closed) => break,
             },
@@ -87,18 +87,18 @@ pub(crate) async fn agent<W: Variant>(w: World, wrap: W, i: usize, ttl: u64, see
     }
     let result = host.stop().await;
     while let Ok(event) = events.try_recv() {
-        w.record(What::Event {
+        w.record(Entry::Event {
             host: i,
             incarnation,
             event,
         });
     }
-    w.record(What::Stopped { host: i, result });
+    w.record(Entry::Stopped { host: i, result });
     let mut state = host.state();
     let ended = madsim::time::timeout(Duration::from_secs(2), async {
         while state.changed().await.is_ok() {}
     })
     .await
     .is_ok();
-    w.record(What::TaskEnded { host: i, ended });
+    w.record(Entry::TaskEnded { host: i, ended });
 }

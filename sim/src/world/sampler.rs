@@ -3,7 +3,7 @@
 
 use madsim::time::sleep;
 
-use crate::history::{Condition, HostSample, WatcherSample, What, SAMPLE_EVERY};
+use crate::history::{Condition, Entry, HostSample, WatcherSample, SAMPLE_EVERY};
 
 use crate::etcd::server::lock;
 
@@ -46,14 +46,14 @@ pub(crate) async fn sample_forever(w: World) {
                 .collect();
             (hosts, watchers)
         };
-        w.record(What::Sample(hosts));
-        w.record(What::WatcherSample(watchers));
+        w.record(Entry::Sample(hosts));
+        w.record(Entry::WatcherSample(watchers));
         let contenders = {
             let st = lock(&w.etcd);
             crate::world::contenders::sample(&w, &st)
         };
         if !contenders.is_empty() {
-            w.record(What::ContenderSample(contenders));
+            w.record(Entry::ContenderSample(contenders));
         }
         sleep(SAMPLE_EVERY).await;
     }

@@ -8,7 +8,7 @@ use coord::{HostEvent, HostMetadata, HostWatcher, WatcherOptions};
 use madsim::time::sleep;
 
 use crate::history::{
-    host_index, HostView, SeenRecord, WatcherEventKind, WatcherEventRecord, What,
+    host_index, Entry, HostView, SeenRecord, WatcherEventKind, WatcherEventRecord,
 };
 
 use crate::faults::schedule::Generator;
@@ -40,7 +40,7 @@ pub(crate) fn watcher_options_for(i: usize, mixed: u64, generator: Generator) ->
             .with_driving(if i == 1 {
                 coord::Driving::InNext
             } else {
-                coord::Driving::Background
+                coord::Driving::Adaptive
             }),
     }
 }
@@ -84,7 +84,7 @@ pub(crate) async fn watcher_agent<W: Variant>(
         let w = w.clone();
         madsim::task::spawn(async move {
             while let Some(seen) = observe.next().await {
-                w.record(What::Observed {
+                w.record(Entry::Observed {
                     watcher: i,
                     name: name.clone(),
                     leader: seen.leader.map(|l| (l.key.to_string(), l.token.0, l.value)),
@@ -180,7 +180,7 @@ pub(crate) async fn watcher_agent<W: Variant>(
             HostEvent::Retrying { .. } => bare(WatcherEventKind::Retrying, coord::Revision(0)),
             other => panic!("a watcher event the checker cannot judge: {other:?}"),
         };
-        w.record(What::WatcherEvent {
+        w.record(Entry::WatcherEvent {
             watcher: i,
             event: record,
         });

@@ -35,7 +35,7 @@ pub async fn run(etcd: &EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Compari
     for round in 0..s.rounds {
         let tag = rng.below(u64::MAX);
         let prefix = format!("/bench/watch/{tag:x}-c{round}/");
-        match coord_consumer(etcd, &prefix, hosts, puts, Driving::Background).await {
+        match coord_consumer(etcd, &prefix, hosts, puts, Driving::Adaptive).await {
             Some(m) => {
                 rate.0.push(m.events_per_s);
                 cpu.0.push(m.cpu_us_per_event);
