@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use coord_sim::faults::schedule::{cases, Case, Generator, Shape};
-use coord_sim::history::{ContenderEvent, WatcherEventKind, What, WriteOutcome};
+use coord_sim::history::{ContenderEvent, Entry, WatcherEventKind, WriteOutcome};
 use coord_sim::report::timeline;
 use coord_sim::run::pinned::{Pinned, PINNED};
 use coord_sim::run::runner::{fingerprint, run_case, CaseResult};
@@ -63,11 +63,11 @@ fn smoke_campaign_of_fixed_seeds_passes() {
         handovers += r.verdict.handover_ms.len();
         for rec in &r.history.records {
             match &rec.what {
-                What::Contender {
+                Entry::Contender {
                     event: ContenderEvent::Elected { .. },
                     ..
                 } => elected += 1,
-                What::Contender {
+                Entry::Contender {
                     event:
                         ContenderEvent::Write {
                             outcome: WriteOutcome::Applied,
@@ -75,7 +75,7 @@ fn smoke_campaign_of_fixed_seeds_passes() {
                         },
                     ..
                 } => fenced_writes += 1,
-                What::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Restored => {
+                Entry::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Restored => {
                     restores += 1
                 }
                 _ => {}
@@ -214,7 +214,7 @@ fn a_stalled_consumer_breaks_nothing_and_loses_nothing() {
             .iter()
             .filter(|rec| (from..to).contains(&rec.at_ms))
             .filter_map(|rec| match &rec.what {
-                What::WatcherEvent { watcher: 1, event } => Some(event.kind),
+                Entry::WatcherEvent { watcher: 1, event } => Some(event.kind),
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -582,7 +582,7 @@ fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
         .records
         .iter()
         .filter(|rec| {
-            matches!(&rec.what, What::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Restored)
+            matches!(&rec.what, Entry::WatcherEvent { event, .. } if event.kind == WatcherEventKind::Restored)
         })
         .count();
     assert!(
@@ -602,7 +602,7 @@ fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
 fn a_failover_whose_queued_successor_was_paused_through_the_expiry_is_not_measured() {
     let r = run_case(&Case::generate(503, Shape::default()));
     assert_passed(&r);
-    let at = |want: &dyn Fn(&What) -> bool| {
+    let at = |want: &dyn Fn(&Entry) -> bool| {
         r.history
             .records
             .iter()
@@ -612,13 +612,13 @@ fn a_failover_whose_queued_successor_was_paused_through_the_expiry_is_not_measur
     let crash = at(&|w| {
         matches!(
             w,
-            What::Fault(coord_sim::faults::schedule::Fault::ContenderCrash { contender: 3, .. })
+            Entry::Fault(coord_sim::faults::schedule::Fault::ContenderCrash { contender: 3, .. })
         )
     });
     let pause = at(&|w| {
         matches!(
             w,
-            What::Fault(coord_sim::faults::schedule::Fault::ContenderPause { contender: 4, .. })
+            Entry::Fault(coord_sim::faults::schedule::Fault::ContenderPause { contender: 4, .. })
         )
     });
     assert!(
