@@ -41,6 +41,10 @@
 //!
 //! Every machine takes the commands and completions of [`io`] and
 //! implements [`Machine`], so one driver loop runs them all.
+//!
+//! ## Feature flags
+//! - `arbitrary` (off by default): derives `arbitrary::Arbitrary` on the
+//!   machines' inputs, configs and outputs, for fuzzing them.
 
 #![forbid(unsafe_code)]
 
