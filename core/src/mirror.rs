@@ -42,6 +42,7 @@
 
 mod change;
 mod config;
+mod machine;
 mod pages;
 mod status;
 mod verify;
@@ -49,6 +50,7 @@ mod view;
 
 pub use change::{Change, ResyncReason};
 pub use config::{KeyFilter, MirrorConfig, MirrorConfigError, DEFAULT_PAGE_SIZE};
+pub use machine::{MirrorMachine, MirrorReader};
 pub use status::MirrorStatus;
 use status::{Failing, Showed};
 use verify::{Found, Verify};

@@ -15,11 +15,9 @@ use std::collections::BTreeMap;
 use crate::ids::{FencingToken, Key, Revision};
 use crate::io::Command;
 use crate::kv::KeyValue;
-use crate::lease::UsageError;
-use crate::mirror::{Change, Mirror, MirrorConfig, MirrorConfigError};
-use crate::outbox::{self, Outbox};
+use crate::mirror::{Change, Mirror, MirrorConfig, MirrorConfigError, MirrorMachine, MirrorReader};
+use crate::outbox::{self};
 use crate::outcome::{AttemptFailure, Retry};
-use crate::time::Instant;
 
 pub use crate::machine::Input;
 
@@ -58,121 +56,89 @@ pub enum Event {
 /// What `poll` yields.
 pub type Output = outbox::Output<Command, Event>;
 
-/// The observer machine. See the module docs.
+/// The observer machine: a [`MirrorMachine`] that reads its mirror's
+/// changes as changes of leader ([`LeaderReader`]). See the module docs.
+pub type Observer = MirrorMachine<LeaderReader>;
+
+/// How the observer reads its mirror: the queue as its changes describe
+/// it, and its leader reported once per revision at which it changed.
 #[derive(Debug)]
-pub struct Observer {
-    mirror: Mirror,
-    out: Outbox<Command, Event>,
+pub struct LeaderReader {
     /// The queue as the changes so far describe it.
     replica: BTreeMap<Key, KeyValue>,
     /// The leader last reported (`Some(None)`: "nobody", reported).
     reported: Option<Option<Leader>>,
+    /// The revision whose changes are being folded, if any.
+    open: Option<Revision>,
 }
 
 impl Observer {
     /// An observer of the queue under `config.prefix` (an election's name,
     /// ending with `/`). Nothing happens until `Input::Start`.
     pub fn new(config: MirrorConfig) -> Result<Self, MirrorConfigError> {
-        Ok(Observer {
-            mirror: Mirror::new(config)?,
-            out: Outbox::new(),
-            replica: BTreeMap::new(),
-            reported: None,
-        })
+        Ok(MirrorMachine::with(
+            Mirror::new(config)?,
+            LeaderReader {
+                replica: BTreeMap::new(),
+                reported: None,
+                open: None,
+            },
+        ))
     }
 
     /// The leader last reported (`None` before the first listing, or when
     /// nobody leads).
     pub fn leader(&self) -> Option<&Leader> {
-        self.reported.as_ref().and_then(Option::as_ref)
+        self.reader().reported.as_ref().and_then(Option::as_ref)
     }
+}
 
-    /// True once closed.
-    pub fn is_closed(&self) -> bool {
-        self.mirror.is_closed()
-    }
+impl MirrorReader for LeaderReader {
+    type Event = Event;
 
-    /// Whether the observed queue is current, being re-read, or possibly
-    /// stale because listing or watching keeps failing.
-    pub fn status(&self) -> crate::mirror::MirrorStatus {
-        self.mirror.status()
-    }
-
-    /// The next command or event.
-    #[must_use]
-    pub fn poll(&mut self) -> Option<Output> {
-        self.out.pop()
-    }
-
-    /// True while waiting on etcd: listing, or a failure to list or watch
-    /// not healed yet (see [`Input::Returned`]).
-    pub fn awaits_etcd(&self) -> bool {
-        self.mirror.awaits_etcd()
-    }
-
-    /// How many requests and streams were found unanswered so far.
-    pub fn silences(&self) -> u64 {
-        self.mirror.silences()
-    }
-
-    /// The next deadline.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.mirror.poll_timeout()
-    }
-
-    /// Feeds one input.
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        self.mirror.handle(now, input, &mut self.out.ids)?;
-        self.translate();
-        Ok(())
-    }
-
-    fn translate(&mut self) {
-        // The revision whose changes are being folded, if any.
-        let mut open: Option<Revision> = None;
-        while let Some(o) = self.mirror.next_output() {
-            let change = match o {
-                outbox::Output::Command(c) => {
-                    self.out.cmd(c);
-                    continue;
-                }
-                outbox::Output::Event(change) => change,
-            };
-            let revision = match &change {
-                Change::Put { revision, .. }
-                | Change::Deleted { revision, .. }
-                | Change::Synced { revision }
-                | Change::Resynced { revision, .. } => Some(*revision),
-                _ => None,
-            };
-            if let (Some(prev), Some(rev)) = (open, revision) {
-                if rev != prev {
-                    self.report(prev);
-                }
-            }
-            match change {
-                Change::Put { kv, .. } => {
-                    self.replica.insert(kv.key.clone(), kv);
-                }
-                Change::Deleted { key, .. } => {
-                    self.replica.remove(&key);
-                }
-                Change::Synced { .. } | Change::Resynced { .. } | Change::Ignored { .. } => {}
-                Change::Retrying(retry) => self.out.event(Event::Retrying(retry)),
-                Change::StartFailed { reason } => self.out.event(Event::StartFailed { reason }),
-                Change::Closed => self.out.event(Event::Closed),
-            }
-            if revision.is_some() {
-                open = revision;
+    /// Folds one change into the replica; the leader of a revision is
+    /// reported once its changes are all in (the next revision's first
+    /// change, or the end of the input).
+    fn read(&mut self, _mirror: &Mirror, change: Change, emit: &mut dyn FnMut(Event)) {
+        let revision = match &change {
+            Change::Put { revision, .. }
+            | Change::Deleted { revision, .. }
+            | Change::Synced { revision }
+            | Change::Resynced { revision, .. } => Some(*revision),
+            _ => None,
+        };
+        if let (Some(prev), Some(rev)) = (self.open, revision) {
+            if rev != prev {
+                self.report(prev, emit);
             }
         }
-        if let Some(rev) = open {
-            self.report(rev);
+        match change {
+            Change::Put { kv, .. } => {
+                self.replica.insert(kv.key.clone(), kv);
+            }
+            Change::Deleted { key, .. } => {
+                self.replica.remove(&key);
+            }
+            Change::Synced { .. } | Change::Resynced { .. } | Change::Ignored { .. } => {}
+            Change::Retrying(retry) => emit(Event::Retrying(retry)),
+            Change::StartFailed { reason } => emit(Event::StartFailed { reason }),
+            Change::Closed => emit(Event::Closed),
+        }
+        if revision.is_some() {
+            self.open = revision;
         }
     }
 
+    fn drained(&mut self, emit: &mut dyn FnMut(Event)) {
+        if let Some(rev) = self.open.take() {
+            self.report(rev, emit);
+        }
+    }
+}
+
+impl LeaderReader {
     /// Reports the leader of the replica if it changed.
-    fn report(&mut self, revision: Revision) {
+    fn report(&mut self, revision: Revision, emit: &mut dyn FnMut(Event)) {
         let leader = self
             .replica
             .values()
@@ -184,12 +150,10 @@ impl Observer {
             });
         if self.reported.as_ref() != Some(&leader) {
             self.reported = Some(leader.clone());
-            self.out.event(Event::Leader { leader, revision });
+            emit(Event::Leader { leader, revision });
         }
     }
 }
-
-crate::machine::impl_machine!(Observer, Input, Event);
 
 #[cfg(test)]
 mod tests;

@@ -30,11 +30,8 @@ use crate::backoff::BackoffConfig;
 use crate::ids::{Key, Revision};
 use crate::io::Command;
 use crate::kv::KeyValue;
-use crate::lease::UsageError;
-use crate::mirror::{Change, KeyFilter, Mirror, MirrorConfig, MirrorStatus};
-use crate::outbox::Outbox;
+use crate::mirror::{Change, KeyFilter, Mirror, MirrorConfig, MirrorMachine, MirrorReader};
 use crate::outcome::{AttemptFailure, Retry};
-use crate::time::Instant;
 
 pub use crate::io::Consistency;
 pub use crate::mirror::{MirrorConfigError as ConfigError, ResyncReason};
@@ -182,147 +179,104 @@ pub enum Event {
 /// What `poll` yields.
 pub type Output = crate::outbox::Output<Command, Event>;
 
-/// The watcher state machine. See the module docs.
+/// The watcher state machine: a [`MirrorMachine`] that reads its mirror's
+/// changes as host events ([`HostReader`]). See the module docs.
+pub type Watcher = MirrorMachine<HostReader>;
+
+/// How the watcher reads its mirror: a key as the host id after the
+/// prefix, a change as the host event that explains it.
 #[derive(Debug)]
-pub struct Watcher {
-    mirror: Mirror,
-    out: Outbox<Command, Event>,
+pub struct HostReader {
+    _private: (),
 }
 
 impl Watcher {
     /// A machine for `config`. Nothing happens until `Input::Start`.
     pub fn new(config: WatcherConfig) -> Result<Self, ConfigError> {
-        Ok(Watcher {
-            mirror: Mirror::new(config.mirror())?,
-            out: Outbox::new(),
-        })
+        Ok(MirrorMachine::with(
+            Mirror::new(config.mirror())?,
+            HostReader { _private: () },
+        ))
     }
 
     /// The live hosts, exactly as the events so far describe them (the kv
     /// of each is the one its last `Up` or `Updated` carried).
     pub fn view(&self) -> BTreeMap<String, KeyValue> {
-        self.mirror
+        let mirror = self.mirror();
+        mirror
             .view()
             .iter()
-            .map(|(k, kv)| (self.host(k), kv.clone()))
+            .map(|(k, kv)| (host(mirror, k), kv.clone()))
             .collect()
     }
 
     /// Every change up to this revision is reflected in the view.
     pub fn revision(&self) -> Revision {
-        self.mirror.revision()
-    }
-
-    /// True once closed (terminal).
-    pub fn is_closed(&self) -> bool {
-        self.mirror.is_closed()
+        self.mirror().revision()
     }
 
     /// True while a watch stream is open and the view is current.
     pub fn is_watching(&self) -> bool {
-        self.mirror.is_watching()
-    }
-
-    /// Whether the view is current, being rebuilt, or possibly stale
-    /// because listing or watching keeps failing.
-    pub fn status(&self) -> MirrorStatus {
-        self.mirror.status()
-    }
-
-    /// The next command or event.
-    #[must_use]
-    pub fn poll(&mut self) -> Option<Output> {
-        self.out.pop()
-    }
-
-    /// True while waiting on etcd: listing, or a failure to list or watch
-    /// not healed yet (see [`Input::Returned`]).
-    pub fn awaits_etcd(&self) -> bool {
-        self.mirror.awaits_etcd()
-    }
-
-    /// How many requests and streams were found unanswered so far.
-    pub fn silences(&self) -> u64 {
-        self.mirror.silences()
-    }
-
-    /// The next deadline.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.mirror.poll_timeout()
-    }
-
-    /// Feeds one input.
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        self.mirror.handle(now, input, &mut self.out.ids)?;
-        self.translate();
-        Ok(())
-    }
-
-    /// The host id of a key the mirror kept (its tail is a valid host id).
-    fn host(&self, key: &Key) -> String {
-        let tail = key
-            .0
-            .strip_prefix(self.mirror.config().prefix.0.as_slice())
-            .unwrap_or(&key.0);
-        String::from_utf8_lossy(tail).into_owned()
-    }
-
-    /// Passes the mirror's commands on and turns its changes into host
-    /// events, in order.
-    fn translate(&mut self) {
-        while let Some(output) = self.mirror.next_output() {
-            let change = match output {
-                crate::outbox::Output::Command(c) => {
-                    self.out.cmd(c);
-                    continue;
-                }
-                crate::outbox::Output::Event(change) => change,
-            };
-            let event = match change {
-                Change::Put {
-                    kv,
-                    previous: None,
-                    revision,
-                } => Event::Up {
-                    host: self.host(&kv.key),
-                    kv,
-                    revision,
-                },
-                Change::Put {
-                    kv,
-                    previous: Some(previous),
-                    revision,
-                } => Event::Updated {
-                    host: self.host(&kv.key),
-                    kv,
-                    previous,
-                    revision,
-                },
-                Change::Deleted {
-                    key,
-                    last_seen,
-                    revision,
-                } => Event::Down {
-                    host: self.host(&key),
-                    last_seen,
-                    revision,
-                },
-                Change::Synced { revision } => Event::Synced { revision },
-                Change::Resynced { reason, revision } => Event::Resynced { reason, revision },
-                Change::Ignored { key } => Event::Ignored {
-                    key,
-                    reason: IgnoreReason::NotAHostId,
-                },
-                Change::Retrying(retry) => Event::Retrying(retry),
-                Change::StartFailed { reason } => Event::StartFailed { reason },
-                Change::Closed => Event::Closed,
-            };
-            self.out.event(event);
-        }
+        self.mirror().is_watching()
     }
 }
 
-crate::machine::impl_machine!(Watcher, Input, Event);
+/// The host id of a key the mirror kept (its tail is a valid host id).
+fn host(mirror: &Mirror, key: &Key) -> String {
+    let tail = key
+        .0
+        .strip_prefix(mirror.config().prefix.0.as_slice())
+        .unwrap_or(&key.0);
+    String::from_utf8_lossy(tail).into_owned()
+}
+
+impl MirrorReader for HostReader {
+    type Event = Event;
+
+    /// Turns one change into the host event that explains it.
+    fn read(&mut self, mirror: &Mirror, change: Change, emit: &mut dyn FnMut(Event)) {
+        let event = match change {
+            Change::Put {
+                kv,
+                previous: None,
+                revision,
+            } => Event::Up {
+                host: host(mirror, &kv.key),
+                kv,
+                revision,
+            },
+            Change::Put {
+                kv,
+                previous: Some(previous),
+                revision,
+            } => Event::Updated {
+                host: host(mirror, &kv.key),
+                kv,
+                previous,
+                revision,
+            },
+            Change::Deleted {
+                key,
+                last_seen,
+                revision,
+            } => Event::Down {
+                host: host(mirror, &key),
+                last_seen,
+                revision,
+            },
+            Change::Synced { revision } => Event::Synced { revision },
+            Change::Resynced { reason, revision } => Event::Resynced { reason, revision },
+            Change::Ignored { key } => Event::Ignored {
+                key,
+                reason: IgnoreReason::NotAHostId,
+            },
+            Change::Retrying(retry) => Event::Retrying(retry),
+            Change::StartFailed { reason } => Event::StartFailed { reason },
+            Change::Closed => Event::Closed,
+        };
+        emit(event);
+    }
+}
 
 #[cfg(test)]
 mod tests;

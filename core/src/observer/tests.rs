@@ -3,6 +3,7 @@ use crate::ids::{LeaseId, OpId};
 use crate::io::{Completion, Get, Listing, MessageKind, RangeRequest};
 use crate::kv::WatchEvent;
 use crate::outcome::Outcome;
+use crate::time::Instant;
 
 fn t(ms: u64) -> Instant {
     Instant::from_millis(ms)

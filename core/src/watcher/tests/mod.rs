@@ -2,7 +2,9 @@ use super::*;
 use crate::ids::{LeaseId, OpId};
 use crate::io::{Completion, Get, Listing, MessageKind, RangeRequest};
 use crate::kv::WatchEvent;
+use crate::machine::UsageError;
 use crate::outcome::{Failure, Outcome};
+use crate::time::Instant;
 
 const PREFIX: &[u8] = b"/coord/hosts/";
 
@@ -488,10 +490,10 @@ fn initial_range_failure_fails_fast_or_retries() {
     assert_eq!(m.handle(t(2), Input::Start), Err(UsageError::Closed));
 
     let mut m = Watcher::new(config(StartPolicy::Retry)).unwrap();
-    assert!(m.mirror.is_idle());
+    assert!(m.mirror().is_idle());
     m.handle(t(0), Input::Start).unwrap();
     let _ = drain(&mut m);
-    assert!(!m.mirror.is_idle(), "started");
+    assert!(!m.mirror().is_idle(), "started");
     assert_eq!(m.silences(), 0);
     m.handle(t(2000), Input::Timeout).unwrap();
     // The first listing unanswered: a silence.
