@@ -177,7 +177,7 @@ impl Session {
             deadline_tx,
             counters_tx,
         );
-        let backend: Arc<dyn SessionClient> = Arc::new(Erased(client.clone()));
+        let erased: Arc<dyn SessionClient> = Arc::new(Erased(client.clone()));
         let span = tracing::info_span!("session", lease = tracing::field::Empty);
         tokio::spawn(run(client, machine, adapter, clock, requests_rx).instrument(span));
         let session = Session {
@@ -193,7 +193,7 @@ impl Session {
                 backoff: opts.backoff,
                 seed,
                 next_id: AtomicU64::new(1),
-                client: backend,
+                client: erased,
             }),
         };
         if !opts.retry_first_grant {
@@ -283,6 +283,8 @@ impl Session {
         *self.inner.counters.borrow()
     }
 
+    /// The session's client, its type erased: for one-shot reads and
+    /// observers of the queues.
     pub(crate) fn client(&self) -> &Arc<dyn SessionClient> {
         &self.inner.client
     }
