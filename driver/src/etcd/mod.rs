@@ -15,8 +15,8 @@
 //! default implementation, so implementing the trait is not broken by a
 //! minor release.
 //!
-//! The real implementation (every item here but the trait and its types)
-//! is not built under the simulator (`--cfg madsim`).
+//! The real implementation (every item here but the trait, its types and
+//! the probe hub) is not built under the simulator (`--cfg madsim`).
 
 #[cfg(not(madsim))]
 mod adapter;
