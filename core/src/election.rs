@@ -205,8 +205,10 @@ impl Campaign {
         matches!(self.state, State::Pending)
     }
 
-    /// The next command or event, in order.
-    pub(crate) fn next_output(&mut self) -> Option<Output<Command, ElectionEvent>> {
+    /// The next command or event, in order (the `poll` of every machine's
+    /// shape). Drain after every call that feeds the campaign.
+    #[must_use]
+    pub(crate) fn poll(&mut self) -> Option<Output<Command, ElectionEvent>> {
         self.out.pop_front()
     }
 
@@ -363,7 +365,7 @@ impl Campaign {
     /// Passes the mirror's commands on; returns its changes.
     fn forward(&mut self, mirror: &mut Mirror) -> Vec<Change> {
         let mut changes = Vec::new();
-        while let Some(o) = mirror.next_output() {
+        while let Some(o) = mirror.poll() {
             match o {
                 Output::Command(c) => self.cmd(c),
                 Output::Event(change) => changes.push(change),

@@ -38,7 +38,7 @@
 //! The mirror is a part, not a machine: its owner lends it op ids (so ids
 //! stay unique across the owner's parts), routes the mirror's completions
 //! to it, drains its commands and changes in order with
-//! [`Mirror::next_output`] and folds its deadline.
+//! [`Mirror::poll`] and folds its deadline.
 
 mod change;
 mod config;
@@ -212,9 +212,10 @@ impl Mirror {
         matches!(self.state, State::Watching { .. })
     }
 
-    /// The next command or change, in the order they arose. Drain after
-    /// every call that feeds the mirror.
-    pub fn next_output(&mut self) -> Option<Output<Command, Change>> {
+    /// The next command or change, in the order they arose (the `poll` of
+    /// every machine's shape). Drain after every call that feeds the mirror.
+    #[must_use]
+    pub fn poll(&mut self) -> Option<Output<Command, Change>> {
         self.out.pop_front()
     }
 

@@ -456,7 +456,7 @@ impl Session {
             let Some(c) = self.elections.get_mut(id) else {
                 continue;
             };
-            while let Some(o) = c.next_output() {
+            while let Some(o) = c.poll() {
                 match o {
                     outbox::Output::Command(cmd) => {
                         match &cmd {

@@ -98,7 +98,7 @@ impl<R: MirrorReader> MirrorMachine<R> {
     /// Passes the mirror's commands on and reads its changes, in order.
     fn read(&mut self) {
         let out = &mut self.out;
-        while let Some(output) = self.mirror.next_output() {
+        while let Some(output) = self.mirror.poll() {
             match output {
                 Output::Command(c) => out.cmd(c),
                 Output::Event(change) => {
