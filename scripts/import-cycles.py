@@ -62,10 +62,9 @@ def expand(tree):
 
 
 class Module:
-    def __init__(self, path, file, parent):
+    def __init__(self, path, file):
         self.path = path  # ['election', 'observe']
         self.file = file
-        self.parent = parent
         self.children = {}
         self.exports = {}  # name -> absolute segs (re-exports and imports)
         self.text = ""
@@ -77,8 +76,8 @@ def load(src):
         root_file = os.path.join(src, "main.rs")
     modules = {}
 
-    def visit(path, file, parent):
-        m = Module(path, file, parent)
+    def visit(path, file):
+        m = Module(path, file)
         modules[tuple(path)] = m
         with open(file) as f:
             m.text = strip(f.read())
@@ -88,15 +87,15 @@ def load(src):
         for name in MOD_DECL.findall(m.text):
             for cand in (os.path.join(folder, name + ".rs"), os.path.join(folder, name, "mod.rs")):
                 if os.path.exists(cand):
-                    m.children[name] = visit(path + [name], cand, m)
+                    m.children[name] = visit(path + [name], cand)
                     break
         return m
 
-    visit([], root_file, None)
+    visit([], root_file)
     return modules
 
 
-def absolute(module, segs, modules):
+def absolute(module, segs):
     """Resolves a path's leading `crate`/`super`/`self`/child segment."""
     if not segs:
         return None
@@ -149,7 +148,7 @@ def graph(src):
             for segs, alias in expand(tree):
                 if segs[-1] == "*" or segs[-1] == "self":
                     continue
-                target = absolute(m, segs, modules)
+                target = absolute(m, segs)
                 if target is not None:
                     m.exports[alias] = target
     edges = {}
@@ -168,12 +167,12 @@ def graph(src):
                     continue
                 if vis and not re.search(r"\b%s\b" % re.escape(alias), code):
                     continue
-                target = absolute(m, segs, modules)
+                target = absolute(m, segs)
                 if target is not None:
                     targets.add(define(modules, target))
         for head, rest in PATH.findall(text):
             segs = [head] + [s for s in rest.split("::") if s]
-            target = absolute(m, segs, modules)
+            target = absolute(m, segs)
             if target is not None:
                 targets.add(define(modules, target))
         edges[m.file] = {t for t in targets if t and t != m.file and not is_test(t)}

@@ -116,9 +116,10 @@ pub enum UsageError {
 
 /// Implements [`Machine`] for a type whose inherent `handle`, `poll`,
 /// `poll_timeout` and `is_closed` have the trait's shape.
+/// With `[generics]` first, for a generic type.
 macro_rules! impl_machine {
-    ($ty:ty, $input:ty, $event:ty) => {
-        impl $crate::machine::Machine for $ty {
+    ([$($generics:tt)*] $ty:ty, $input:ty, $event:ty) => {
+        impl<$($generics)*> $crate::machine::Machine for $ty {
             type Input = $input;
             type Event = $event;
             type Error = $crate::machine::UsageError;
@@ -164,6 +165,9 @@ macro_rules! impl_machine {
                 <$ty>::is_closed(self)
             }
         }
+    };
+    ($ty:ty, $input:ty, $event:ty) => {
+        $crate::machine::impl_machine!([] $ty, $input, $event);
     };
 }
 pub(crate) use impl_machine;

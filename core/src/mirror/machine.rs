@@ -111,44 +111,4 @@ impl<R: MirrorReader> MirrorMachine<R> {
     }
 }
 
-impl<R: MirrorReader> crate::machine::Machine for MirrorMachine<R> {
-    type Input = Input;
-    type Event = R::Event;
-    type Error = UsageError;
-
-    fn timeout_input() -> Input {
-        Input::Timeout
-    }
-
-    fn returned_input(probe_sent: Instant) -> Input {
-        Input::Returned { probe_sent }
-    }
-
-    fn silent_input() -> Input {
-        Input::Silent
-    }
-
-    fn awaits_etcd(&self) -> bool {
-        MirrorMachine::awaits_etcd(self)
-    }
-
-    fn silences(&self) -> u64 {
-        MirrorMachine::silences(self)
-    }
-
-    fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
-        MirrorMachine::handle(self, now, input)
-    }
-
-    fn poll(&mut self) -> Option<Output<Command, R::Event>> {
-        MirrorMachine::poll(self)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        MirrorMachine::poll_timeout(self)
-    }
-
-    fn is_closed(&self) -> bool {
-        MirrorMachine::is_closed(self)
-    }
-}
+crate::machine::impl_machine!([R: MirrorReader] MirrorMachine<R>, Input, R::Event);

@@ -4,18 +4,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::check::bounds::{says_stale_bound, watcher_bound};
-use crate::check::bounds::{Nominal, WatchPath};
+use crate::check::bounds::{ms, says_stale_bound, watcher_bound, Nominal, WatchPath};
 use crate::check::{Invariant, Verdict};
 use crate::faults::schedule::{Fault, WATCHERS};
 use crate::history::{
     host_index, Condition, Entry, History, HostView, KeyChange, SeenRecord, WatcherEventKind,
     WatcherEventRecord, WatcherSample,
 };
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
 
 /// What disturbed watcher `w`, as (start, end, path): its own restarts,
 /// partitions and pauses, etcd leader changes, wipes,
