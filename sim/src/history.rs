@@ -8,7 +8,7 @@ use std::time::Duration;
 use coord::{Error, LivenessEvent, LivenessStatus};
 
 pub use crate::etcd::model::DeleteCause;
-use crate::faults::schedule::Fault;
+use crate::faults::schedule::{Fault, Target};
 
 /// Sampling period of the observer.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -208,6 +208,35 @@ pub enum Entry {
         /// The compaction revision.
         revision: i64,
     },
+}
+
+impl Entry {
+    /// The last partition of `target` ended.
+    pub fn partition_ended(target: Target) -> Entry {
+        match target {
+            Target::Host(host) => Entry::PartitionEnded { host },
+            Target::Watcher(watcher) => Entry::WatcherPartitionEnded { watcher },
+            Target::Contender(contender) => Entry::ContenderPartitionEnded { contender },
+        }
+    }
+
+    /// The last pause of `target` ended.
+    pub fn resumed(target: Target) -> Entry {
+        match target {
+            Target::Host(host) => Entry::Resumed { host },
+            Target::Watcher(watcher) => Entry::WatcherResumed { watcher },
+            Target::Contender(contender) => Entry::ContenderResumed { contender },
+        }
+    }
+
+    /// The crashed `target` was restarted.
+    pub fn restarted(target: Target) -> Entry {
+        match target {
+            Target::Host(host) => Entry::Restarted { host },
+            Target::Watcher(watcher) => Entry::WatcherRestarted { watcher },
+            Target::Contender(contender) => Entry::ContenderRestarted { contender },
+        }
+    }
 }
 
 /// How a contender campaigned.

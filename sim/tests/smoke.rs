@@ -182,7 +182,7 @@ fn runs_do_not_leak() {
 /// the unread progress answer times out and this fails.
 #[test]
 fn a_stalled_consumer_breaks_nothing_and_loses_nothing() {
-    use coord_sim::faults::schedule::{Fault, TimedFault};
+    use coord_sim::faults::schedule::{Fault, Target, TimedFault};
     let mut faults = vec![TimedFault {
         at_ms: 20_000,
         fault: Fault::ConsumerStall {
@@ -193,7 +193,7 @@ fn a_stalled_consumer_breaks_nothing_and_loses_nothing() {
     faults.extend((0..8).map(|host| TimedFault {
         at_ms: 21_000 + 2_000 * host as u64,
         fault: Fault::Crash {
-            host,
+            target: Target::Host(host),
             down_ms: 3_000,
         },
     }));
@@ -600,6 +600,7 @@ fn a_watch_answered_by_a_new_cluster_after_refusals_is_checked_at_once() {
 /// only where every queued successor was undisturbed.
 #[test]
 fn a_failover_whose_queued_successor_was_paused_through_the_expiry_is_not_measured() {
+    use coord_sim::faults::schedule::{Fault, Target};
     let r = run_case(&Case::generate(503, Shape::default()));
     assert_passed(&r);
     let at = |want: &dyn Fn(&Entry) -> bool| {
@@ -612,13 +613,19 @@ fn a_failover_whose_queued_successor_was_paused_through_the_expiry_is_not_measur
     let crash = at(&|w| {
         matches!(
             w,
-            Entry::Fault(coord_sim::faults::schedule::Fault::ContenderCrash { contender: 3, .. })
+            Entry::Fault(Fault::Crash {
+                target: Target::Contender(3),
+                ..
+            })
         )
     });
     let pause = at(&|w| {
         matches!(
             w,
-            Entry::Fault(coord_sim::faults::schedule::Fault::ContenderPause { contender: 4, .. })
+            Entry::Fault(Fault::Pause {
+                target: Target::Contender(4),
+                ..
+            })
         )
     });
     assert!(

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::contenders::{events_of, owner, prompt, undisturbed};
 use super::verdict::{Invariant, Verdict};
-use crate::faults::schedule::{Case, Direction, Fault};
+use crate::faults::schedule::{Case, Direction, Fault, Target};
 use crate::history::{ContenderEvent, ContenderSample, Entry, History, LogEntry};
 
 pub(super) fn no_zombie(
@@ -239,8 +239,8 @@ pub(super) fn lossy(history: &History, c: usize) -> Vec<(u64, u64)> {
         .collect();
     out.extend(history.spans(
         |what| {
-            matches!(what, Entry::Fault(Fault::ContenderPartition {
-                contender,
+            matches!(what, Entry::Fault(Fault::Partition {
+                target: Target::Contender(contender),
                 direction: Direction::FromEtcd | Direction::Both,
                 ..
             }) if *contender == c)
@@ -458,7 +458,11 @@ pub(super) fn latencies(
     // `prompt()` (else it measures the other fault: a successor paused
     // through the expiry takes over when it resumes, whatever the policy).
     for r in &history.records {
-        let Entry::Fault(Fault::ContenderCrash { contender, .. }) = &r.what else {
+        let Entry::Fault(Fault::Crash {
+            target: Target::Contender(contender),
+            ..
+        }) = &r.what
+        else {
             continue;
         };
         let before = samples.iter().rev().find(|(t, _)| *t < r.at_ms);

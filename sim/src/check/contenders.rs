@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::bounds::ms;
-use crate::faults::schedule::Fault;
+use crate::faults::schedule::{Fault, Target};
 use crate::history::{contender_of, ContenderEvent, Entry, History};
 
 /// A request timeout plus a second for watch delivery: how soon an
@@ -34,7 +34,10 @@ pub(super) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
     let mut open: BTreeMap<&'static str, u64> = BTreeMap::new();
     for r in &history.records {
         match &r.what {
-            Entry::Fault(Fault::ContenderPartition { contender, .. }) if *contender == c => {
+            Entry::Fault(Fault::Partition {
+                target: Target::Contender(contender),
+                ..
+            }) if *contender == c => {
                 open.entry("partition").or_insert(r.at_ms);
             }
             Entry::ContenderPartitionEnded { contender } if *contender == c => {
@@ -42,7 +45,10 @@ pub(super) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
                     out.push((s, r.at_ms));
                 }
             }
-            Entry::Fault(Fault::ContenderPause { contender, .. }) if *contender == c => {
+            Entry::Fault(Fault::Pause {
+                target: Target::Contender(contender),
+                ..
+            }) if *contender == c => {
                 open.entry("pause").or_insert(r.at_ms);
             }
             Entry::ContenderResumed { contender } if *contender == c => {
@@ -50,7 +56,10 @@ pub(super) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
                     out.push((s, r.at_ms));
                 }
             }
-            Entry::Fault(Fault::ContenderCrash { contender, .. }) if *contender == c => {
+            Entry::Fault(Fault::Crash {
+                target: Target::Contender(contender),
+                ..
+            }) if *contender == c => {
                 open.entry("crash").or_insert(r.at_ms);
             }
             Entry::ContenderRestarted { contender } if *contender == c => {

@@ -7,7 +7,7 @@ use super::bounds::{ms, HealPath, Nominal};
 use super::hosts::healthy;
 use super::leases::{fleet_outages, lease_log};
 use super::verdict::{Invariant, Verdict};
-use crate::faults::schedule::{Case, Direction, Fault};
+use crate::faults::schedule::{Case, Direction, Fault, Target};
 use crate::history::{Entry, History, HostSample};
 
 /// Whose heals [`heal_times`] checks: the hosts' liveness, or the
@@ -55,9 +55,18 @@ impl Healers {
                 ..Nominal::default()
             },
             begins: |w| match w {
-                Entry::Fault(Fault::Partition { host, .. }) => Some((*host, HealPath::Partition)),
-                Entry::Fault(Fault::Pause { host, .. }) => Some((*host, HealPath::Pause)),
-                Entry::Fault(Fault::Crash { host, .. }) => Some((*host, HealPath::Restart)),
+                Entry::Fault(Fault::Partition {
+                    target: Target::Host(host),
+                    ..
+                }) => Some((*host, HealPath::Partition)),
+                Entry::Fault(Fault::Pause {
+                    target: Target::Host(host),
+                    ..
+                }) => Some((*host, HealPath::Pause)),
+                Entry::Fault(Fault::Crash {
+                    target: Target::Host(host),
+                    ..
+                }) => Some((*host, HealPath::Restart)),
                 _ => None,
             },
             ends: |w| match w {
@@ -68,7 +77,7 @@ impl Healers {
             },
             mutes: |w| match w {
                 Entry::Fault(Fault::Partition {
-                    host,
+                    target: Target::Host(host),
                     direction: Direction::FromEtcd | Direction::Both,
                     ..
                 }) => Some(*host),
@@ -106,15 +115,18 @@ impl Healers {
             ttls: case.contenders.iter().map(|c| c.ttl).collect(),
             nominal: Nominal::sessions(),
             begins: |w| match w {
-                Entry::Fault(Fault::ContenderPartition { contender, .. }) => {
-                    Some((*contender, HealPath::Partition))
-                }
-                Entry::Fault(Fault::ContenderPause { contender, .. }) => {
-                    Some((*contender, HealPath::Pause))
-                }
-                Entry::Fault(Fault::ContenderCrash { contender, .. }) => {
-                    Some((*contender, HealPath::Restart))
-                }
+                Entry::Fault(Fault::Partition {
+                    target: Target::Contender(contender),
+                    ..
+                }) => Some((*contender, HealPath::Partition)),
+                Entry::Fault(Fault::Pause {
+                    target: Target::Contender(contender),
+                    ..
+                }) => Some((*contender, HealPath::Pause)),
+                Entry::Fault(Fault::Crash {
+                    target: Target::Contender(contender),
+                    ..
+                }) => Some((*contender, HealPath::Restart)),
                 _ => None,
             },
             ends: |w| match w {
@@ -126,8 +138,8 @@ impl Healers {
                 _ => None,
             },
             mutes: |w| match w {
-                Entry::Fault(Fault::ContenderPartition {
-                    contender,
+                Entry::Fault(Fault::Partition {
+                    target: Target::Contender(contender),
                     direction: Direction::FromEtcd | Direction::Both,
                     ..
                 }) => Some(*contender),

@@ -9,7 +9,7 @@ use coord::{LivenessEvent, LivenessStatus, LostReason, RevokeOutcome};
 use super::bounds::{heal_bound, ms, Nominal};
 use super::leases::{expiry_deadline, leader_windows, lease_log};
 use super::verdict::{Invariant, Verdict};
-use crate::faults::schedule::{Case, Fault};
+use crate::faults::schedule::{Case, Fault, Target};
 use crate::history::{Condition, Entry, History, HostSample, SAMPLE_EVERY};
 
 /// Registered, with its key attached to the lease it reports.
@@ -115,9 +115,18 @@ pub(super) fn disturbed_near(history: &History, host: usize, at: u64, span_ms: u
             && r.at_ms <= at + span_ms
             && match &r.what {
                 Entry::Fault(
-                    Fault::Partition { host: h, .. }
-                    | Fault::Pause { host: h, .. }
-                    | Fault::Crash { host: h, .. }
+                    Fault::Partition {
+                        target: Target::Host(h),
+                        ..
+                    }
+                    | Fault::Pause {
+                        target: Target::Host(h),
+                        ..
+                    }
+                    | Fault::Crash {
+                        target: Target::Host(h),
+                        ..
+                    }
                     | Fault::Stop { host: h },
                 ) => *h == host,
                 Entry::PartitionEnded { host: h }
@@ -190,10 +199,16 @@ pub(super) fn states_announced(
             Entry::EventsLagged { host } => {
                 lagged.insert(*host);
             }
-            Entry::Fault(Fault::Crash { host, .. }) => {
+            Entry::Fault(Fault::Crash {
+                target: Target::Host(host),
+                ..
+            }) => {
                 crashes.entry(*host).or_default().push(r.at_ms);
             }
-            Entry::Fault(Fault::Pause { host, .. }) => {
+            Entry::Fault(Fault::Pause {
+                target: Target::Host(host),
+                ..
+            }) => {
                 paused_at.insert(*host, r.at_ms);
             }
             Entry::Resumed { host } => {
@@ -386,7 +401,11 @@ pub(super) fn crashed_keys_expire(
 ) {
     let windows = leader_windows(history);
     for (idx, r) in history.records.iter().enumerate() {
-        let Entry::Fault(Fault::Crash { host, .. }) = r.what else {
+        let Entry::Fault(Fault::Crash {
+            target: Target::Host(host),
+            ..
+        }) = r.what
+        else {
             continue;
         };
         let crashed = r.at_ms;
@@ -446,7 +465,10 @@ pub(super) fn no_ghost(
     let mut crashed_at: Vec<Option<u64>> = vec![None; case.ttls.len()];
     for r in &history.records {
         match &r.what {
-            Entry::Fault(Fault::Crash { host, .. }) => {
+            Entry::Fault(Fault::Crash {
+                target: Target::Host(host),
+                ..
+            }) => {
                 if let Some(c) = crashed_at.get_mut(*host) {
                     *c = Some(r.at_ms);
                 }

@@ -3,7 +3,7 @@
 //! telling its subscribers what it does).
 
 use super::*;
-use crate::faults::schedule::Fault;
+use crate::faults::schedule::{Fault, Target};
 use crate::history::{Condition, HostSample, Record};
 use coord::{LeaseId, LivenessEvent, LivenessStatus};
 
@@ -82,7 +82,7 @@ fn only_a_lagged_subscription_or_a_crash_before_the_recorder_ran_excuses_it() {
         record(
             at_ms,
             Entry::Fault(Fault::Crash {
-                host: 0,
+                target: Target::Host(0),
                 down_ms: 1000,
             }),
         )
@@ -92,7 +92,13 @@ fn only_a_lagged_subscription_or_a_crash_before_the_recorder_ran_excuses_it() {
     let crashed_later = vec![record(100, Entry::Sample(vec![registered(7)])), crash(300)];
     assert_eq!(unannounced(crashed_later), vec![(100, Some(0))]);
     // Paused from 90 to 400: the recorder could not run before the crash.
-    let pause = record(90, Entry::Fault(Fault::Pause { host: 0, ms: 310 }));
+    let pause = record(
+        90,
+        Entry::Fault(Fault::Pause {
+            target: Target::Host(0),
+            ms: 310,
+        }),
+    );
     let crashed_in_pause = vec![
         pause.clone(),
         record(100, Entry::Sample(vec![registered(7)])),

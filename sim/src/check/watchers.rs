@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::check::bounds::{ms, says_stale_bound, watcher_bound, Nominal, WatchPath};
 use crate::check::{Invariant, Verdict};
-use crate::faults::schedule::{Fault, WATCHERS};
+use crate::faults::schedule::{Fault, Target, WATCHERS};
 use crate::history::{
     host_index, Condition, Entry, History, HostView, KeyChange, SeenRecord, WatcherEventKind,
     WatcherEventRecord, WatcherSample,
@@ -47,21 +47,21 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
     own(
         WatchPath::Restart,
         history.spans(
-            |what| matches!(what, Entry::Fault(Fault::WatcherCrash { watcher, .. }) if *watcher == w),
+            |what| matches!(what, Entry::Fault(Fault::Crash { target: Target::Watcher(watcher), .. }) if *watcher == w),
             |what| matches!(what, Entry::WatcherRestarted { watcher } if *watcher == w),
         ),
     );
     own(
         WatchPath::Partition,
         history.spans(
-            |what| matches!(what, Entry::Fault(Fault::PartitionWatcher { watcher, .. }) if *watcher == w),
+            |what| matches!(what, Entry::Fault(Fault::Partition { target: Target::Watcher(watcher), .. }) if *watcher == w),
             |what| matches!(what, Entry::WatcherPartitionEnded { watcher } if *watcher == w),
         ),
     );
     own(
         WatchPath::Pause,
         history.spans(
-            |what| matches!(what, Entry::Fault(Fault::PauseWatcher { watcher, .. }) if *watcher == w),
+            |what| matches!(what, Entry::Fault(Fault::Pause { target: Target::Watcher(watcher), .. }) if *watcher == w),
             |what| matches!(what, Entry::WatcherResumed { watcher } if *watcher == w),
         ),
     );

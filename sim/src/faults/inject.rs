@@ -4,27 +4,22 @@
 use std::time::Duration;
 
 use madsim::runtime::Handle;
-use madsim::task::NodeId;
 use madsim::time::sleep;
 
 use crate::history::{Condition, Entry};
 
 use crate::etcd::hooks;
-use crate::etcd::server::{self, lock};
-use crate::faults::schedule::{Case, Fault};
+use crate::etcd::server::{self, lock, EtcdState};
+use crate::faults::schedule::{Case, Fault, Target};
 
 use crate::world::fleet::{fleet, World};
 use crate::world::hosts::host_key;
 
+/// Does `fault` to the world now, and records it if it took effect (a
+/// crash of a process that is not running, say, does not).
 pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
     let handle = Handle::current();
     let now = w.now();
-    if let Some(applied) = crate::world::contenders::inject(w, case, fault) {
-        if applied {
-            w.record(Entry::Fault(fault.clone()));
-        }
-        return;
-    }
     let applied = match fault.clone() {
         Fault::LeaderChange { unavailable_ms } => {
             let window = Duration::from_millis(unavailable_ms);
@@ -71,100 +66,55 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
             }
         }
         Fault::Partition {
-            host,
+            target,
             direction,
             ms,
         } => {
-            fleet(&w.fleet).hosts[host]
-                .proc
+            fleet(&w.fleet)
+                .proc_mut(target)
                 .partition(w.etcd_node, direction);
             let w2 = w.clone();
             madsim::task::spawn(async move {
                 sleep(Duration::from_millis(ms)).await;
-                let ended = fleet(&w2.fleet).hosts[host]
-                    .proc
+                let ended = fleet(&w2.fleet)
+                    .proc_mut(target)
                     .end_partition(w2.etcd_node, direction);
                 if ended {
-                    w2.record(Entry::PartitionEnded { host });
+                    w2.record(Entry::partition_ended(target));
                 }
             });
             true
         }
-        Fault::PartitionWatcher {
-            watcher,
-            direction,
-            ms,
-        } => {
-            fleet(&w.fleet).watchers[watcher]
-                .proc
-                .partition(w.etcd_node, direction);
-            let w2 = w.clone();
-            madsim::task::spawn(async move {
-                sleep(Duration::from_millis(ms)).await;
-                let ended = fleet(&w2.fleet).watchers[watcher]
-                    .proc
-                    .end_partition(w2.etcd_node, direction);
-                if ended {
-                    w2.record(Entry::WatcherPartitionEnded { watcher });
-                }
-            });
-            true
-        }
-        Fault::Pause { host, ms } => {
-            let paused = fleet(&w.fleet).hosts[host].proc.pause();
+        Fault::Pause { target, ms } => {
+            let paused = fleet(&w.fleet).proc_mut(target).pause();
             if paused {
                 let w2 = w.clone();
                 madsim::task::spawn(async move {
                     sleep(Duration::from_millis(ms)).await;
-                    if fleet(&w2.fleet).hosts[host].proc.end_pause() {
-                        w2.record(Entry::Resumed { host });
+                    if fleet(&w2.fleet).proc_mut(target).end_pause() {
+                        w2.record(Entry::resumed(target));
                     }
                 });
             }
             paused
         }
-        Fault::PauseWatcher { watcher, ms } => {
-            let paused = fleet(&w.fleet).watchers[watcher].proc.pause();
-            if paused {
+        Fault::Crash { target, down_ms } => {
+            let node = fleet(&w.fleet).crash(target);
+            if let Some(node) = node {
+                handle.kill(node);
                 let w2 = w.clone();
                 madsim::task::spawn(async move {
-                    sleep(Duration::from_millis(ms)).await;
-                    if fleet(&w2.fleet).watchers[watcher].proc.end_pause() {
-                        w2.record(Entry::WatcherResumed { watcher });
-                    }
+                    sleep(Duration::from_millis(down_ms)).await;
+                    restart(&w2, target);
                 });
             }
-            paused
+            node.is_some()
         }
-        Fault::Crash { host, down_ms } => {
-            let node = {
-                let mut f = fleet(&w.fleet);
-                let slot = &mut f.hosts[host];
-                if slot.proc.condition == Condition::Alive && !slot.stopped {
-                    slot.proc.condition = Condition::Crashed;
-                    slot.status = None;
-                    Some(slot.proc.node)
-                } else {
-                    None
-                }
-            };
-            crash_for(w, node, down_ms, move |w| restart(w, host))
+        Fault::DeleteLeaderKey { name } | Fault::DeleteWaiterKey { name } => {
+            let rank = usize::from(matches!(fault, Fault::DeleteWaiterKey { .. }));
+            remove_queued(w, case, name, rank, Removal::Delete)
         }
-        Fault::WatcherCrash { watcher, down_ms } => {
-            let node = {
-                let mut f = fleet(&w.fleet);
-                let slot = &mut f.watchers[watcher];
-                if slot.proc.condition == Condition::Alive {
-                    slot.proc.condition = Condition::Crashed;
-                    slot.view = None;
-                    slot.status = None;
-                    Some(slot.proc.node)
-                } else {
-                    None
-                }
-            };
-            crash_for(w, node, down_ms, move |w| restart_watcher(w, watcher))
-        }
+        Fault::RevokeLeaderLease { name } => remove_queued(w, case, name, 0, Removal::RevokeLease),
         Fault::StaleReads {
             ms,
             lag_ms,
@@ -234,113 +184,124 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
             }
             true
         }
-        // Taken by the contenders above.
-        Fault::ContenderCrash { .. }
-        | Fault::ContenderPartition { .. }
-        | Fault::ContenderPause { .. }
-        | Fault::DeleteLeaderKey { .. }
-        | Fault::DeleteWaiterKey { .. }
-        | Fault::RevokeLeaderLease { .. } => false,
     };
     if applied {
         w.record(Entry::Fault(fault.clone()));
     }
 }
 
-/// Kills `node` (a process that could crash), and runs `restart` after
-/// `down_ms`. True if it crashed.
-pub(crate) fn crash_for(
-    w: &World,
-    node: Option<NodeId>,
-    down_ms: u64,
-    restart: impl FnOnce(&World) + Send + 'static,
-) -> bool {
-    let Some(node) = node else {
+/// How a queued key of a name is taken away from outside.
+enum Removal {
+    /// `etcdctl del` of the key.
+    Delete,
+    /// `etcdctl lease revoke` of its lease.
+    RevokeLease,
+}
+
+/// Takes away the key at `rank` in name `name`'s queue (0: its leader); true
+/// if there was one to take.
+fn remove_queued(w: &World, case: &Case, name: usize, rank: usize, how: Removal) -> bool {
+    let now = w.now();
+    let Some(name) = case.names().get(name).cloned() else {
         return false;
     };
-    Handle::current().kill(node);
-    let w2 = w.clone();
-    madsim::task::spawn(async move {
-        sleep(Duration::from_millis(down_ms)).await;
-        restart(&w2);
+    let mut st = lock(&w.etcd);
+    let Some(kv) = queued(&st, &name, rank) else {
+        return false;
+    };
+    match how {
+        Removal::Delete => {
+            st.model.delete(&kv.key);
+        }
+        Removal::RevokeLease => {
+            if kv.lease == 0 || st.revoke_lease(now, kv.lease).is_err() {
+                return false;
+            }
+        }
+    }
+    st.after_change(now);
+    w.record(Entry::KeyRemovedOutside {
+        key: String::from_utf8_lossy(&kv.key).into_owned(),
+        lease: kv.lease,
     });
     true
 }
 
-pub(crate) fn restart_watcher(w: &World, watcher: usize) {
-    let node = {
-        let mut f = fleet(&w.fleet);
-        let slot = &mut f.watchers[watcher];
-        if slot.proc.condition != Condition::Crashed {
-            return;
-        }
-        slot.proc.condition = Condition::Alive;
-        slot.proc.node
+/// Restarts a crashed process (unless it is a contender told to stop
+/// since).
+pub(crate) fn restart(w: &World, target: Target) {
+    let Some(node) = fleet(&w.fleet).revive(target) else {
+        return;
     };
     Handle::current().restart(node);
-    w.record(Entry::WatcherRestarted { watcher });
+    w.record(Entry::restarted(target));
 }
 
-pub(crate) fn restart(w: &World, host: usize) {
-    let node = {
-        let mut f = fleet(&w.fleet);
-        let slot = &mut f.hosts[host];
-        if slot.proc.condition != Condition::Crashed {
-            return;
-        }
-        slot.proc.condition = Condition::Alive;
-        slot.proc.node
-    };
-    Handle::current().restart(node);
-    w.record(Entry::Restarted { host });
-}
-
+/// Ends every partition, pause and consumer stall and restarts every
+/// crashed process: the contenders first, then the hosts and the watchers.
 pub(crate) fn heal_all(w: &World) {
-    crate::world::contenders::heal_all(w);
-    let (hosts, watchers) = {
-        let mut f = fleet(&w.fleet);
-        let hosts: Vec<(bool, bool)> = f
-            .hosts
-            .iter_mut()
-            .map(|s| s.proc.heal(w.etcd_node))
-            .collect();
-        let watchers: Vec<(bool, bool, bool)> = f
-            .watchers
-            .iter_mut()
-            .map(|s| {
-                let (partition_ended, resumed) = s.proc.heal(w.etcd_node);
-                let stall_ended = s.stall_until > w.now();
-                s.stall_until = s.stall_until.min(w.now());
-                (partition_ended, resumed, stall_ended)
-            })
-            .collect();
-        (hosts, watchers)
+    let (contenders, hosts, watchers) = {
+        let f = fleet(&w.fleet);
+        (f.contenders.len(), f.hosts.len(), f.watchers.len())
     };
-    for (host, (partition_ended, resumed)) in hosts.into_iter().enumerate() {
-        if partition_ended {
-            w.record(Entry::PartitionEnded { host });
-        }
-        if resumed {
-            w.record(Entry::Resumed { host });
-        }
-        restart(w, host);
-    }
-    for (watcher, (partition_ended, resumed, stall_ended)) in watchers.into_iter().enumerate() {
-        if partition_ended {
-            w.record(Entry::WatcherPartitionEnded { watcher });
-        }
-        if stall_ended {
-            w.record(Entry::ConsumerStallEnded { watcher });
-        }
-        if resumed {
-            w.record(Entry::WatcherResumed { watcher });
-        }
-        restart_watcher(w, watcher);
-    }
+    heal(w, (0..contenders).map(Target::Contender).collect());
+    let others = (0..hosts)
+        .map(Target::Host)
+        .chain((0..watchers).map(Target::Watcher))
+        .collect();
+    heal(w, others);
     let now = w.now();
     let mut st = lock(&w.etcd);
     st.unavailable_until = st.unavailable_until.min(now);
     st.refused_until = st.refused_until.min(now);
     st.drop_replies_until = st.drop_replies_until.min(now);
     st.stale_reads = None;
+}
+
+/// Heals every one of `targets` at once, then records what ended and
+/// restarts the crashed ones, in order.
+fn heal(w: &World, targets: Vec<Target>) {
+    let now = w.now();
+    let healed: Vec<(Target, bool, bool, bool)> = {
+        let mut f = fleet(&w.fleet);
+        targets
+            .into_iter()
+            .map(|target| {
+                let (partition_ended, resumed) = f.proc_mut(target).heal(w.etcd_node);
+                let stall_ended = match target {
+                    Target::Watcher(i) => {
+                        let slot = &mut f.watchers[i];
+                        let stalled = slot.stall_until > now;
+                        slot.stall_until = slot.stall_until.min(now);
+                        stalled
+                    }
+                    _ => false,
+                };
+                (target, partition_ended, resumed, stall_ended)
+            })
+            .collect()
+    };
+    for (target, partition_ended, resumed, stall_ended) in healed {
+        if partition_ended {
+            w.record(Entry::partition_ended(target));
+        }
+        if let (true, Target::Watcher(watcher)) = (stall_ended, target) {
+            w.record(Entry::ConsumerStallEnded { watcher });
+        }
+        if resumed {
+            w.record(Entry::resumed(target));
+        }
+        restart(w, target);
+    }
+}
+
+/// The leader's (`rank` 0) or a waiter's (`rank` 1) key of `name` in etcd.
+fn queued(st: &EtcdState, name: &str, rank: usize) -> Option<crate::etcd::model::KeyValue> {
+    let select = crate::etcd::model::Select {
+        key: format!("{name}/").into_bytes(),
+        prefix: true,
+        sort: crate::etcd::model::Sort::CreateAscending,
+        limit: 0,
+    };
+    st.model.select(&select).into_iter().nth(rank)
 }

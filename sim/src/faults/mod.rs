@@ -2,5 +2,6 @@
 //! on which process), generated from its seed, and the injector that does
 //! them to the world.
 
+pub mod fault;
 pub mod inject;
 pub mod schedule;

@@ -8,171 +8,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
-/// Which way a partition cuts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Direction {
-    /// Requests from the host are lost.
-    ToEtcd,
-    /// Replies to the host are lost (requests are applied, unanswered).
-    FromEtcd,
-    /// Both.
-    Both,
-}
-
-/// One fault. Host indexes are taken modulo the fleet size.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fault {
-    /// etcd leader change: streams dropped, `Unavailable` for a window,
-    /// lease TTLs restart at its end.
-    LeaderChange {
-        /// How long etcd has no leader, ms.
-        unavailable_ms: u64,
-    },
-    /// Compaction to the current revision.
-    Compact,
-    /// A host cut off from etcd.
-    Partition {
-        /// Host index.
-        host: usize,
-        /// Which way.
-        direction: Direction,
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// A GC pause of a host.
-    Pause {
-        /// Host index.
-        host: usize,
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// A host process crashes and restarts later.
-    Crash {
-        /// Host index.
-        host: usize,
-        /// Down for, ms.
-        down_ms: u64,
-    },
-    /// etcd applies requests but sends no reply (timeouts with unknown
-    /// outcome).
-    DropReplies {
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// Someone revokes the lease the host's key is attached to (as
-    /// `etcdctl lease revoke` would).
-    RevokeLease {
-        /// Host index.
-        host: usize,
-    },
-    /// The host's user calls `stop` (in the middle of whatever else is
-    /// going on); the host stays stopped.
-    Stop {
-        /// Host index.
-        host: usize,
-    },
-    /// A watcher cut off from etcd.
-    PartitionWatcher {
-        /// Watcher index.
-        watcher: usize,
-        /// Which way.
-        direction: Direction,
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// A GC pause of a watcher.
-    PauseWatcher {
-        /// Watcher index.
-        watcher: usize,
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// An election or lock process crashes and restarts later.
-    ContenderCrash {
-        /// Contender index.
-        contender: usize,
-        /// Down for, ms.
-        down_ms: u64,
-    },
-    /// An election or lock process cut off from etcd.
-    ContenderPartition {
-        /// Contender index.
-        contender: usize,
-        /// Which way.
-        direction: Direction,
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// A GC pause of an election or lock process.
-    ContenderPause {
-        /// Contender index.
-        contender: usize,
-        /// For how long, ms.
-        ms: u64,
-    },
-    /// Someone deletes the current leader's (holder's) key of a name, as
-    /// `etcdctl del` would.
-    DeleteLeaderKey {
-        /// Name index.
-        name: usize,
-    },
-    /// Someone deletes a waiting candidate's key of a name.
-    DeleteWaiterKey {
-        /// Name index.
-        name: usize,
-    },
-    /// Someone revokes the lease of a name's current leader.
-    RevokeLeaderLease {
-        /// Name index.
-        name: usize,
-    },
-    /// A watcher process crashes and restarts later (a new watcher,
-    /// starting from a fresh listing).
-    WatcherCrash {
-        /// Watcher index.
-        watcher: usize,
-        /// Down for, ms.
-        down_ms: u64,
-    },
-    /// etcd is wiped (or restored from a snapshot older than anything
-    /// written): it restarts empty after `down_ms`, its revision back at 1,
-    /// every lease gone, under the same cluster id or (`new_cluster`) a new
-    /// one. Only in cases without election or lock processes.
-    Wipe {
-        /// A new cluster id (a replaced cluster) or the same (a restore).
-        new_cluster: bool,
-        /// etcd is down for, ms.
-        down_ms: u64,
-    },
-    /// A member behind the others answers serializable reads (the probe,
-    /// serializable listings) for `ms`: from etcd's state `lag_ms` ago,
-    /// either keeping that lag or (`frozen`) stuck there, as a partitioned
-    /// member would be. A read pinned past its revision fails with "future
-    /// revision". Linearizable reads are unaffected.
-    StaleReads {
-        /// For how long, ms.
-        ms: u64,
-        /// How far behind, ms (0 for a frozen member: stuck at etcd's
-        /// revision when the fault begins).
-        lag_ms: u64,
-        /// Stuck at the revision of `lag_ms` before the fault (cut off from
-        /// the others) rather than keeping the lag.
-        frozen: bool,
-        /// The host watchers meet it at once: their watch streams break
-        /// (their member went away) after a write outside the prefix and a
-        /// compaction at etcd's revision, so each resumes into a compaction
-        /// and lists the prefix while the member is behind.
-        relist: bool,
-    },
-    /// A watcher's consumer stops taking events for `ms` (busy elsewhere)
-    /// while its watcher keeps running.
-    ConsumerStall {
-        /// Watcher index.
-        watcher: usize,
-        /// For how long, ms.
-        ms: u64,
-    },
-}
+pub use crate::faults::fault::{Direction, Fault, Target};
 
 /// What an election or lock process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,34 +32,6 @@ pub struct ContenderSpec {
 
 /// Watchers in every run.
 pub const WATCHERS: usize = 2;
-
-impl Fault {
-    /// A short name for tables.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Fault::LeaderChange { .. } => "leader change",
-            Fault::Compact => "compaction",
-            Fault::Partition { .. } => "partition",
-            Fault::Pause { .. } => "GC pause",
-            Fault::Crash { .. } => "host crash",
-            Fault::DropReplies { .. } => "unanswered requests",
-            Fault::Stop { .. } => "stop under faults",
-            Fault::RevokeLease { .. } => "lease revoked outside",
-            Fault::PartitionWatcher { .. } => "watcher partition",
-            Fault::PauseWatcher { .. } => "watcher GC pause",
-            Fault::ContenderCrash { .. } => "contender crash",
-            Fault::ContenderPartition { .. } => "contender partition",
-            Fault::ContenderPause { .. } => "contender GC pause",
-            Fault::DeleteLeaderKey { .. } => "leader key deleted outside",
-            Fault::DeleteWaiterKey { .. } => "waiter key deleted outside",
-            Fault::RevokeLeaderLease { .. } => "leader lease revoked outside",
-            Fault::WatcherCrash { .. } => "watcher crash",
-            Fault::Wipe { .. } => "etcd wiped",
-            Fault::StaleReads { .. } => "stale member",
-            Fault::ConsumerStall { .. } => "consumer stall",
-        }
-    }
-}
 
 /// A fault at a virtual time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -421,7 +229,7 @@ fn fault_v5() -> impl Strategy<Value = Fault> {
     prop_oneof![
         10 => fault_v4(),
         1 => (0usize..WATCHERS, 500u64..20_000)
-            .prop_map(|(watcher, down_ms)| Fault::WatcherCrash { watcher, down_ms }),
+            .prop_map(|(watcher, down_ms)| Fault::Crash { target: Target::Watcher(watcher), down_ms }),
         1 => (any::<bool>(), 100u64..5_000)
             .prop_map(|(new_cluster, down_ms)| Fault::Wipe { new_cluster, down_ms }),
     ]
@@ -458,14 +266,16 @@ fn fault_v3() -> impl Strategy<Value = Fault> {
 }
 
 fn contender_crash() -> impl Strategy<Value = Fault> {
-    (0usize..8, 500u64..20_000)
-        .prop_map(|(contender, down_ms)| Fault::ContenderCrash { contender, down_ms })
+    (0usize..8, 500u64..20_000).prop_map(|(contender, down_ms)| Fault::Crash {
+        target: Target::Contender(contender),
+        down_ms,
+    })
 }
 
 fn contender_partition() -> impl Strategy<Value = Fault> {
     (0usize..8, direction(), 100u64..20_000).prop_map(|(contender, direction, ms)| {
-        Fault::ContenderPartition {
-            contender,
+        Fault::Partition {
+            target: Target::Contender(contender),
             direction,
             ms,
         }
@@ -473,7 +283,10 @@ fn contender_partition() -> impl Strategy<Value = Fault> {
 }
 
 fn contender_pause() -> impl Strategy<Value = Fault> {
-    (0usize..8, 100u64..15_000).prop_map(|(contender, ms)| Fault::ContenderPause { contender, ms })
+    (0usize..8, 100u64..15_000).prop_map(|(contender, ms)| Fault::Pause {
+        target: Target::Contender(contender),
+        ms,
+    })
 }
 
 fn contenders() -> impl Strategy<Value = (Vec<ContenderSpec>, usize)> {
@@ -517,18 +330,24 @@ fn leader_change() -> impl Strategy<Value = Fault> {
 
 fn partition() -> impl Strategy<Value = Fault> {
     (0usize..10, direction(), 100u64..30_000).prop_map(|(host, direction, ms)| Fault::Partition {
-        host,
+        target: Target::Host(host),
         direction,
         ms,
     })
 }
 
 fn pause() -> impl Strategy<Value = Fault> {
-    (0usize..10, 100u64..20_000).prop_map(|(host, ms)| Fault::Pause { host, ms })
+    (0usize..10, 100u64..20_000).prop_map(|(host, ms)| Fault::Pause {
+        target: Target::Host(host),
+        ms,
+    })
 }
 
 fn crash() -> impl Strategy<Value = Fault> {
-    (0usize..10, 500u64..30_000).prop_map(|(host, down_ms)| Fault::Crash { host, down_ms })
+    (0usize..10, 500u64..30_000).prop_map(|(host, down_ms)| Fault::Crash {
+        target: Target::Host(host),
+        down_ms,
+    })
 }
 
 fn drop_replies() -> impl Strategy<Value = Fault> {
@@ -545,8 +364,8 @@ fn revoke() -> impl Strategy<Value = Fault> {
 
 fn watcher_partition() -> impl Strategy<Value = Fault> {
     (0usize..WATCHERS, direction(), 100u64..30_000).prop_map(|(watcher, direction, ms)| {
-        Fault::PartitionWatcher {
-            watcher,
+        Fault::Partition {
+            target: Target::Watcher(watcher),
             direction,
             ms,
         }
@@ -554,7 +373,10 @@ fn watcher_partition() -> impl Strategy<Value = Fault> {
 }
 
 fn watcher_pause() -> impl Strategy<Value = Fault> {
-    (0usize..WATCHERS, 100u64..20_000).prop_map(|(watcher, ms)| Fault::PauseWatcher { watcher, ms })
+    (0usize..WATCHERS, 100u64..20_000).prop_map(|(watcher, ms)| Fault::Pause {
+        target: Target::Watcher(watcher),
+        ms,
+    })
 }
 
 // V1 and V2 are frozen: their structure decides the values a seed yields.
@@ -647,10 +469,16 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                     case.faults.retain(|f| {
                         matches!(
                             f.fault,
-                            Fault::Crash { .. }
-                                | Fault::Pause { .. }
-                                | Fault::Partition { .. }
-                                | Fault::Stop { .. }
+                            Fault::Crash {
+                                target: Target::Host(_),
+                                ..
+                            } | Fault::Pause {
+                                target: Target::Host(_),
+                                ..
+                            } | Fault::Partition {
+                                target: Target::Host(_),
+                                ..
+                            } | Fault::Stop { .. }
                                 | Fault::RevokeLease { .. }
                                 | Fault::ConsumerStall { .. }
                         )
@@ -681,9 +509,18 @@ fn spread_hosts(case: &mut Case, spread: u64) {
     let last_ten = u64::try_from(tens - 1).unwrap_or(0);
     for tf in &mut case.faults {
         let host = match &mut tf.fault {
-            Fault::Partition { host, .. }
-            | Fault::Pause { host, .. }
-            | Fault::Crash { host, .. }
+            Fault::Partition {
+                target: Target::Host(host),
+                ..
+            }
+            | Fault::Pause {
+                target: Target::Host(host),
+                ..
+            }
+            | Fault::Crash {
+                target: Target::Host(host),
+                ..
+            }
             | Fault::Stop { host }
             | Fault::RevokeLease { host } => host,
             _ => continue,
@@ -697,22 +534,26 @@ fn spread_hosts(case: &mut Case, spread: u64) {
 /// Maps contender and name indexes into the case's; `None` for a
 /// contender fault in a case without contenders.
 fn bound_contender(fault: Fault, contenders: usize, names: usize) -> Option<Fault> {
+    let bound = |target| match target {
+        Target::Contender(c) => Some(Target::Contender(c.checked_rem(contenders)?)),
+        other => Some(other),
+    };
     Some(match fault {
-        Fault::ContenderCrash { contender, down_ms } => Fault::ContenderCrash {
-            contender: contender.checked_rem(contenders)?,
+        Fault::Crash { target, down_ms } => Fault::Crash {
+            target: bound(target)?,
             down_ms,
         },
-        Fault::ContenderPartition {
-            contender,
+        Fault::Partition {
+            target,
             direction,
             ms,
-        } => Fault::ContenderPartition {
-            contender: contender.checked_rem(contenders)?,
+        } => Fault::Partition {
+            target: bound(target)?,
             direction,
             ms,
         },
-        Fault::ContenderPause { contender, ms } => Fault::ContenderPause {
-            contender: contender.checked_rem(contenders)?,
+        Fault::Pause { target, ms } => Fault::Pause {
+            target: bound(target)?,
             ms,
         },
         Fault::DeleteLeaderKey { name } => Fault::DeleteLeaderKey {
@@ -728,26 +569,26 @@ fn bound_contender(fault: Fault, contenders: usize, names: usize) -> Option<Faul
     })
 }
 
-fn bound_host(fault: Fault, n: usize) -> Fault {
-    match fault {
+/// Maps host indexes into the fleet of `n` hosts.
+fn bound_host(mut fault: Fault, n: usize) -> Fault {
+    match &mut fault {
         Fault::Partition {
-            host,
-            direction,
-            ms,
-        } => Fault::Partition {
-            host: host % n,
-            direction,
-            ms,
-        },
-        Fault::Pause { host, ms } => Fault::Pause { host: host % n, ms },
-        Fault::Crash { host, down_ms } => Fault::Crash {
-            host: host % n,
-            down_ms,
-        },
-        Fault::Stop { host } => Fault::Stop { host: host % n },
-        Fault::RevokeLease { host } => Fault::RevokeLease { host: host % n },
-        other => other,
+            target: Target::Host(host),
+            ..
+        }
+        | Fault::Pause {
+            target: Target::Host(host),
+            ..
+        }
+        | Fault::Crash {
+            target: Target::Host(host),
+            ..
+        }
+        | Fault::Stop { host }
+        | Fault::RevokeLease { host } => *host %= n,
+        _ => {}
     }
+    fault
 }
 
 impl Case {

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use coord::{BackoffConfig, LivenessOptions, OnLoss, SessionOptions, WatcherOptions};
 
 use crate::etcd::client::SimEtcd;
-use crate::faults::schedule::Fault;
+use crate::faults::schedule::{Fault, Target};
 use crate::history::{host_index, Entry, History, WatcherEventKind};
 use crate::run::runner::CaseResult;
 use crate::world::Variant;
@@ -69,7 +69,10 @@ pub fn flaps(history: &History) -> u64 {
     let mut seen: BTreeSet<(usize, i64)> = BTreeSet::new();
     for r in &history.records {
         match &r.what {
-            Entry::Fault(Fault::Crash { host, .. }) => {
+            Entry::Fault(Fault::Crash {
+                target: Target::Host(host),
+                ..
+            }) => {
                 dead.insert(*host);
             }
             Entry::Restarted { host } => {

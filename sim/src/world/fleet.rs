@@ -13,7 +13,8 @@ use madsim::time::Instant;
 use tokio::sync::watch;
 
 use crate::etcd::client::SimEtcd;
-use crate::history::{Entry, HostView, Recorder};
+use crate::faults::schedule::Target;
+use crate::history::{Condition, Entry, HostView, Recorder};
 
 use crate::etcd::server::{now_ms, SharedEtcd};
 pub(crate) use crate::world::process::Proc;
@@ -102,6 +103,61 @@ pub(crate) struct Fleet {
     pub(crate) hosts: Vec<Slot>,
     pub(crate) watchers: Vec<WatcherSlot>,
     pub(crate) contenders: Vec<ContenderSlot>,
+}
+
+impl Fleet {
+    /// The process `target` names (a schedule's indexes are in range).
+    pub(crate) fn proc_mut(&mut self, target: Target) -> &mut Proc {
+        match target {
+            Target::Host(i) => &mut self.hosts[i].proc,
+            Target::Watcher(i) => &mut self.watchers[i].proc,
+            Target::Contender(i) => &mut self.contenders[i].proc,
+        }
+    }
+
+    /// Marks `target` crashed and forgets what its process held (a host's
+    /// status, a watcher's view, a contender's leaderships and session);
+    /// its node to kill, or `None` when it is not running (crashed, or a
+    /// host or contender told to stop).
+    pub(crate) fn crash(&mut self, target: Target) -> Option<NodeId> {
+        let running = match target {
+            Target::Host(i) => !self.hosts[i].stopped,
+            Target::Watcher(_) => true,
+            Target::Contender(i) => !self.contenders[i].stopped,
+        };
+        let proc = self.proc_mut(target);
+        if !running || proc.condition != Condition::Alive {
+            return None;
+        }
+        proc.condition = Condition::Crashed;
+        let node = proc.node;
+        match target {
+            Target::Host(i) => self.hosts[i].status = None,
+            Target::Watcher(i) => {
+                let slot = &mut self.watchers[i];
+                slot.view = None;
+                slot.status = None;
+            }
+            Target::Contender(i) => {
+                let slot = &mut self.contenders[i];
+                slot.probes.clear();
+                slot.session = None;
+            }
+        }
+        Some(node)
+    }
+
+    /// Marks a crashed `target` alive again; its node to restart, or
+    /// `None` when it is not crashed or is a contender told to stop since.
+    pub(crate) fn revive(&mut self, target: Target) -> Option<NodeId> {
+        let stopped = matches!(target, Target::Contender(i) if self.contenders[i].stopped);
+        let proc = self.proc_mut(target);
+        if stopped || proc.condition != Condition::Crashed {
+            return None;
+        }
+        proc.condition = Condition::Alive;
+        Some(proc.node)
+    }
 }
 
 pub(crate) type SharedFleet = Arc<Mutex<Fleet>>;

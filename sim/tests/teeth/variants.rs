@@ -8,7 +8,7 @@ use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use coord_sim::check::Invariant;
 use coord_sim::etcd::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
 use coord_sim::faults::schedule::{
-    Case, ContenderKind, ContenderSpec, Direction, Fault, Generator, TimedFault,
+    Case, ContenderKind, ContenderSpec, Direction, Fault, Generator, Target, TimedFault,
 };
 use coord_sim::run::runner::run_case_with;
 use coord_sim::world::Variant;
@@ -533,15 +533,15 @@ pub(crate) fn stalled_streams_case() -> Case {
         faults.push(TimedFault {
             at_ms: at,
             fault: Fault::Crash {
-                host: usize::try_from(k % 3).unwrap_or(0),
+                target: Target::Host(usize::try_from(k % 3).unwrap_or(0)),
                 down_ms: 1_000,
             },
         });
         for watcher in 0..2 {
             faults.push(TimedFault {
                 at_ms: at + 900,
-                fault: Fault::PartitionWatcher {
-                    watcher,
+                fault: Fault::Partition {
+                    target: Target::Watcher(watcher),
                     direction: Direction::FromEtcd,
                     ms: 600,
                 },
@@ -676,8 +676,8 @@ pub(crate) fn session_faults_case() -> Case {
         });
         faults.push(TimedFault {
             at_ms: at + 6_000,
-            fault: Fault::ContenderPartition {
-                contender: i % 4,
+            fault: Fault::Partition {
+                target: Target::Contender(i % 4),
                 direction: Direction::Both,
                 ms: 6_000,
             },
@@ -690,8 +690,8 @@ pub(crate) fn session_faults_case() -> Case {
         });
         faults.push(TimedFault {
             at_ms: at + 4_000,
-            fault: Fault::ContenderPause {
-                contender: (i + 2) % 4,
+            fault: Fault::Pause {
+                target: Target::Contender((i + 2) % 4),
                 ms: 4_500,
             },
         });
