@@ -13,10 +13,11 @@
 //! that end (rather than hang) when their server is gone, and no panic on
 //! anything the server sends. Methods added in later versions come with a
 //! default implementation, so implementing the trait is not broken by a
-//! minor release.
+//! minor release. [`Intercepted`] is such a wrapper made for you: its
+//! [`Intercept`] overrides only the calls it changes.
 //!
-//! The real implementation (every item here but the trait, its types and
-//! the probe hub) is not built under the simulator (`--cfg madsim`).
+//! The real implementation (every item here but the trait, its types, the
+//! interceptor and the probe hub) is not built under the simulator (`--cfg madsim`).
 
 #[cfg(not(madsim))]
 mod adapter;
@@ -27,6 +28,7 @@ mod client;
 mod connect;
 #[cfg(not(madsim))]
 mod dial;
+mod intercept;
 mod probe_hub;
 #[cfg(not(madsim))]
 mod tls;
@@ -42,6 +44,10 @@ pub use api::{
 pub use client::Client;
 #[cfg(not(madsim))]
 pub use connect::{connect, ConnectOptions};
+pub use intercept::{
+    Intercept, Intercepted, InterceptedEvents, InterceptedKeeper, InterceptedReplies,
+    KeepAliveStream, WatchStream,
+};
 pub use probe_hub::ProbeHub;
 pub(crate) use probe_hub::{Hub, News};
 #[cfg(not(madsim))]

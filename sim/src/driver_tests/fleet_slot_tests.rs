@@ -10,14 +10,13 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use coord::{HostLiveness, HostMetadata, LivenessOptions, Revision};
+use coord::etcd::{EtcdApi, EtcdError, Intercept, Intercepted, KeepAliveStream};
+use coord::{HostLiveness, HostMetadata, LivenessOptions};
 use madsim::runtime::Handle;
 use madsim::time::Instant;
+use std::future::Future;
 
-use crate::driver_tests::test_fakes::{
-    block_on_within, lock, sim_client, simulated_etcd_node, Bend, Bent,
-};
-use crate::etcd::client::{SimKeeper, SimWatchEvents};
+use crate::driver_tests::test_fakes::{block_on_within, lock, sim_client, simulated_etcd_node};
 use crate::etcd::hooks;
 
 const HOSTS: u64 = 40;
@@ -34,19 +33,15 @@ struct Noting {
     opens: Opens,
 }
 
-impl Bend for Noting {
-    type WatchEvents = SimWatchEvents;
-    type Keeper = SimKeeper;
-
-    fn watch(&self, _key: &[u8], _start: Revision, events: SimWatchEvents) -> SimWatchEvents {
-        events
-    }
-    fn keeper(&self, keeper: SimKeeper) -> SimKeeper {
-        keeper
-    }
-    fn opening(&self) {
+impl Intercept for Noting {
+    fn lease_keep_alive<A: EtcdApi>(
+        &self,
+        api: &A,
+        stream: &KeepAliveStream,
+    ) -> impl Future<Output = Result<(A::Keeper, A::Replies), EtcdError>> + Send {
         let at = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         lock(&self.opens).push((self.host, at));
+        api.lease_keep_alive(stream.lease)
     }
 }
 
@@ -69,14 +64,12 @@ fn a_counted_fleet_reopens_on_its_slots_when_etcd_returns() {
             .spawn(async move {
                 let mut hosts = Vec::new();
                 for h in 0..HOSTS {
-                    let api = Bent {
-                        inner: sim_client(addr, h + 1, start).await?,
-                        bend: Noting {
-                            host: h,
-                            start,
-                            opens: Arc::clone(&noted),
-                        },
+                    let noting = Noting {
+                        host: h,
+                        start,
+                        opens: Arc::clone(&noted),
                     };
+                    let api = Intercepted::new(sim_client(addr, h + 1, start).await?, noting);
                     let opts = LivenessOptions::default().with_seed(h);
                     let meta = HostMetadata::new(format!("host-{h:02}"), "sim");
                     let host = HostLiveness::register(api, meta, opts)

@@ -4,6 +4,7 @@
 mod busy_loop_tests;
 mod catch_up_tests;
 mod fleet_slot_tests;
+mod intercept_tests;
 mod metrics_tests;
 mod observe_options_tests;
 mod pool_tests;

@@ -3,17 +3,16 @@
 //! a message does not grow with the number of quiet streams beside it (a
 //! pool of many names, each campaign waiting on a stream of its own).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use crate::driver_tests::test_fakes::{
-    lock, rival_leading, run_beside_etcd, sim_client, Bend, Bent,
-};
-use crate::etcd::client::{SimKeeper, SimWatchEvents};
-use coord::{ElectionPool, EtcdError, Revision, SessionOptions, WatchEvents, WatchMessage};
+use crate::driver_tests::test_fakes::{lock, rival_leading, run_beside_etcd, sim_client};
+use coord::etcd::{Intercept, Intercepted, WatchStream};
+use coord::{ElectionPool, EtcdApi, EtcdError, SessionOptions, WatchEvents, WatchMessage};
 
 /// The polls of one stream's reads, and the messages it delivered.
 #[derive(Default)]
@@ -22,23 +21,30 @@ struct Tally {
     messages: AtomicU64,
 }
 
-/// Counts the polls of every watch stream's reads, one tally per stream
-/// in the order they opened.
+/// Counts the polls of every watch stream's reads, one tally per stream,
+/// by stream (in the order they opened).
 #[derive(Clone, Default)]
 struct Counted {
-    streams: Arc<Mutex<Vec<Arc<Tally>>>>,
+    streams: Arc<Mutex<BTreeMap<u64, Arc<Tally>>>>,
 }
 
-/// A real stream whose reads count their polls and messages.
-struct CountedEvents {
-    inner: SimWatchEvents,
-    tally: Arc<Tally>,
-}
+impl Intercept for Counted {
+    fn watch<A: EtcdApi>(
+        &self,
+        api: &A,
+        stream: &WatchStream,
+    ) -> impl Future<Output = Result<(A::WatchControl, A::WatchEvents), EtcdError>> + Send {
+        lock(&self.streams).insert(stream.id, Arc::default());
+        api.watch(stream.key.clone(), stream.prefix, stream.start_revision)
+    }
 
-impl WatchEvents for CountedEvents {
-    fn next(&mut self) -> impl Future<Output = Option<Result<WatchMessage, EtcdError>>> + Send {
-        let tally = Arc::clone(&self.tally);
-        let mut read = Box::pin(self.inner.next());
+    fn watch_next<E: WatchEvents>(
+        &self,
+        stream: &WatchStream,
+        events: &mut E,
+    ) -> impl Future<Output = Option<Result<WatchMessage, EtcdError>>> + Send {
+        let tally = Arc::clone(lock(&self.streams).entry(stream.id).or_default());
+        let mut read = Box::pin(events.next());
         std::future::poll_fn(move |cx| {
             tally.polls.fetch_add(1, Ordering::SeqCst);
             let polled = read.as_mut().poll(cx);
@@ -47,21 +53,6 @@ impl WatchEvents for CountedEvents {
             }
             polled
         })
-    }
-}
-
-impl Bend for Counted {
-    type WatchEvents = CountedEvents;
-    type Keeper = SimKeeper;
-
-    fn watch(&self, _key: &[u8], _start: Revision, inner: SimWatchEvents) -> CountedEvents {
-        let tally = Arc::<Tally>::default();
-        lock(&self.streams).push(Arc::clone(&tally));
-        CountedEvents { inner, tally }
-    }
-
-    fn keeper(&self, keeper: SimKeeper) -> SimKeeper {
-        keeper
     }
 }
 
@@ -84,10 +75,7 @@ fn a_look_for_a_message_polls_only_the_streams_that_were_woken() {
         let names: Vec<String> = (0..NAMES).map(|i| format!("name-{i:02}")).collect();
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let (_rival, _held) = rival_leading(etcd_addr, start, &opts, &name_refs).await?;
-        let api = Bent {
-            inner: sim_client(etcd_addr, 1, start).await?,
-            bend: Counted::default(),
-        };
+        let api = Intercepted::new(sim_client(etcd_addr, 1, start).await?, Counted::default());
         let pool = ElectionPool::new(api.clone(), opts).await.map_err(fail)?;
         let mut waiting = Vec::new();
         for name in &names {
@@ -101,8 +89,8 @@ fn a_look_for_a_message_polls_only_the_streams_that_were_woken() {
         for w in &waiting {
             w.abort();
         }
-        let tallies: Vec<(u64, u64)> = lock(&api.bend.streams)
-            .iter()
+        let tallies: Vec<(u64, u64)> = lock(&api.intercept().streams)
+            .values()
             .map(|t| {
                 (
                     t.polls.load(Ordering::SeqCst),

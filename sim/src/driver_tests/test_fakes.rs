@@ -73,7 +73,10 @@ impl WatchEvents for NoWatch {
 
 /// How a test bends the simulated etcd: what its watch streams deliver
 /// and what its keep-alive senders do. Everything else passes through
-/// unchanged (see [`Bent`]).
+/// unchanged (see [`Bent`]). For a stream that keeps one read in flight
+/// across calls, which an [`Intercept`](coord::etcd::Intercept) (one call
+/// at a time on the stream it is lent) cannot; every other test that edits
+/// or observes traffic intercepts it.
 pub(crate) trait Bend: Clone + Send + Sync + 'static {
     /// The bent watch stream's messages.
     type WatchEvents: WatchEvents;
@@ -86,10 +89,6 @@ pub(crate) trait Bend: Clone + Send + Sync + 'static {
 
     /// The keep-alive sender of a lease's stream, made of the real one.
     fn keeper(&self, keeper: SimKeeper) -> Self::Keeper;
-
-    /// A keep-alive stream is asked for (before it is opened). Nothing by
-    /// default.
-    fn opening(&self) {}
 }
 
 /// A client of the simulated etcd, bent by `B`; the rest of its API passes
@@ -129,7 +128,6 @@ impl<B: Bend> EtcdApi for Bent<B> {
         self.inner.lease_revoke(lease).await
     }
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(B::Keeper, SimReplies), EtcdError> {
-        self.bend.opening();
         let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
         Ok((self.bend.keeper(keeper), replies))
     }

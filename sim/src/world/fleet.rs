@@ -59,6 +59,20 @@ impl Variant for Shipped {
     }
 }
 
+/// A variant whose processes' clients pass their traffic through an
+/// [`Intercept`](coord::etcd::Intercept): each client gets a fresh one
+/// from the function (so what it keeps per stream or per process is its
+/// client's own), and every process runs with the nominal options.
+#[derive(Debug, Clone, Copy)]
+pub struct Intercepting<I>(pub fn() -> I);
+
+impl<I: coord::etcd::Intercept> Variant for Intercepting<I> {
+    type Api = coord::etcd::Intercepted<SimEtcd, I>;
+    fn wrap(&self, etcd: SimEtcd) -> Self::Api {
+        coord::etcd::Intercepted::new(etcd, (self.0)())
+    }
+}
+
 // Virtual addresses inside the simulator (documentation range, RFC 5737):
 // madsim routes them between simulated nodes; no real socket is opened.
 pub(crate) const ETCD_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);

@@ -11,6 +11,6 @@ pub mod process;
 pub mod sampler;
 pub mod watchers;
 
-pub use fleet::{Shipped, Variant};
+pub use fleet::{Intercepting, Shipped, Variant};
 pub use hosts::{host_key, host_options};
 pub use watchers::watcher_options;

@@ -1,13 +1,14 @@
-//! The simulator has teeth: deliberately broken `EtcdApi` wrappers (which
-//! exist only here; nothing in core or driver has a switch for them) must
-//! make the checker report violations within a bounded number of seeds.
+//! The simulator has teeth: deliberately broken variants (interceptors of
+//! the simulated client and option changes, which exist only here; nothing
+//! in core or driver has a switch for them) must make the checker report
+//! violations within a bounded number of seeds.
 
 #![cfg(madsim)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 use coord_sim::check::Invariant;
 use coord_sim::faults::schedule::{Case, Generator, Shape};
 use coord_sim::run::runner::run_case_with;
-use coord_sim::world::Variant;
+use coord_sim::world::{Intercepting, Variant};
 
 mod variants;
 use variants::*;
@@ -72,20 +73,20 @@ macro_rules! teeth {
 // The teeth: a broken variant, the invariants one of which it must fail,
 // and the seeds within which it must.
 teeth! {
-    a_swallowed_revoke_on_stop_is_caught_as_a_ghost: SwallowRevoke => [NoGhost] within 5, "the checker missed keys left after stop";
-    a_stale_ttl_for_a_dead_lease_is_caught_as_a_lease_mismatch: StaleTtl => [LeaseMatches] within 40, "the checker missed hosts claiming an expired lease";
-    a_wedged_silent_stream_is_caught_as_a_host_that_never_comes_back: SilentStreams => [BackAfterHeal] within 10, "the checker missed hosts that could not re-register";
+    a_swallowed_revoke_on_stop_is_caught_as_a_ghost: Intercepting(|| SwallowRevoke) => [NoGhost] within 5, "the checker missed keys left after stop";
+    a_stale_ttl_for_a_dead_lease_is_caught_as_a_lease_mismatch: Intercepting(StaleTtl::default) => [LeaseMatches] within 40, "the checker missed hosts claiming an expired lease";
+    a_wedged_silent_stream_is_caught_as_a_host_that_never_comes_back: Intercepting(SilentStreams::default) => [BackAfterHeal] within 10, "the checker missed hosts that could not re-register";
     a_watch_that_drops_deletes_is_caught_as_an_incomplete_watcher: ALL_DELETES => [WatcherComplete] within 5, "the checker missed watchers that never saw a Down";
     // Its first catch is seed 237: the budget leaves room.
-    an_unguarded_leader_transaction_is_caught_as_a_fencing_violation: UnguardedTxn => [Fenced] within 400, "the checker missed a stale leader's write";
-    a_try_that_falls_through_to_a_campaign_is_caught: TryFallsThrough => [TryWritesNothing] within 20, "the checker missed a try that wrote its key";
+    an_unguarded_leader_transaction_is_caught_as_a_fencing_violation: Intercepting(|| UnguardedTxn) => [Fenced] within 400, "the checker missed a stale leader's write";
+    a_try_that_falls_through_to_a_campaign_is_caught: Intercepting(|| TryFallsThrough) => [TryWritesNothing] within 20, "the checker missed a try that wrote its key";
     // The stale-TTL client also makes sessions (a pool's among them) keep
     // handing out a lease etcd revoked.
-    a_session_that_keeps_a_dead_lease_is_caught: StaleTtl => [SessionLeaseLives] within 40, "the checker missed a session reporting a dead lease";
-    a_stale_member_answering_every_read_is_caught_as_a_view_going_back: AllReadsSerializable => [WatcherSound] within 200, "the checker missed views taken back by a stale member";
+    a_session_that_keeps_a_dead_lease_is_caught: Intercepting(StaleTtl::default) => [SessionLeaseLives] within 40, "the checker missed a session reporting a dead lease";
+    a_stale_member_answering_every_read_is_caught_as_a_view_going_back: Intercepting(|| AllReadsSerializable) => [WatcherSound] within 200, "the checker missed views taken back by a stale member";
     a_watch_that_misreports_values_is_caught_by_the_record_checks: VALUES_PADDED => [WatcherRecords] within 5, "the checker missed watchers reporting values etcd never wrote";
-    a_grant_misreporting_its_ttl_is_caught_by_the_record_checks: LongerTtl => [LivenessRecords] within 5, "the checker missed a TTL etcd never granted";
-    a_misread_fencing_token_is_caught_by_the_record_checks: ShiftedTokens => [ElectionRecords] within 20, "the checker missed a token etcd never gave the key";
+    a_grant_misreporting_its_ttl_is_caught_by_the_record_checks: Intercepting(|| LongerTtl) => [LivenessRecords] within 5, "the checker missed a TTL etcd never granted";
+    a_misread_fencing_token_is_caught_by_the_record_checks: Intercepting(|| ShiftedTokens) => [ElectionRecords] within 20, "the checker missed a token etcd never gave the key";
     // Successors that learn a second late that they lead (failover and
     // handover slowed) are caught by the succession bound.
     successors_that_learn_late_are_caught: LATE_QUEUE_DELETES => [PromptSuccession] within 20, "the checker missed successors elected a second late";

@@ -1,119 +1,55 @@
-//! The broken variants the teeth run: `EtcdApi` wrappers and option
-//! changes that exist only here (nothing in core or driver has a switch for
-//! them), each breaking one thing the checker must catch.
+//! The broken variants the teeth run: interceptors of the simulated
+//! client and option changes that exist only here (nothing in core or
+//! driver has a switch for them), each breaking one thing the checker must
+//! catch.
 
-use coord::Revision;
-use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, LeaseId};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use coord::etcd::{Intercept, KeepAliveStream, WatchStream};
+use coord::{EtcdApi, EtcdError, Granted, KeepAliveReplies, LeaseId, Revision, WatchEvents};
 use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
 use coord_sim::check::Invariant;
-use coord_sim::etcd::client::{SimEtcd, SimKeeper, SimReplies, SimWatchControl, SimWatchEvents};
+use coord_sim::etcd::client::SimEtcd;
 use coord_sim::faults::schedule::{
     Case, ContenderKind, ContenderSpec, Direction, Fault, Generator, Target, TimedFault,
 };
 use coord_sim::run::runner::run_case_with;
-use coord_sim::world::Variant;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use coord_sim::world::{Intercepting, Variant};
 
-/// The simulated client inside a wrapper.
-pub(crate) trait Inner {
-    fn inner(&self) -> &SimEtcd;
-}
+/// Claims every revoke succeeded without sending it: stop leaves the key.
+#[derive(Clone)]
+pub(crate) struct SwallowRevoke;
 
-/// Delegates the named calls, which a variant does not override, to the
-/// simulated client.
-macro_rules! delegate {
-    (unary) => {
-        async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-            self.inner().lease_grant(ttl_secs).await
-        }
-        async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-            self.inner().txn(txn).await
-        }
-        async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-            self.inner().range(request).await
-        }
-    };
-    (revoke) => {
-        async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-            self.inner().lease_revoke(lease).await
-        }
-    };
-    (keep_alive) => {
-        async fn lease_keep_alive(
-            &self,
-            lease: LeaseId,
-        ) -> Result<(SimKeeper, SimReplies), EtcdError> {
-            self.inner().lease_keep_alive(lease).await
-        }
-    };
-    (watch) => {
-        async fn watch(
-            &self,
-            key: Vec<u8>,
-            prefix: bool,
-            start: Revision,
-        ) -> Result<(SimWatchControl, SimWatchEvents), EtcdError> {
-            self.inner().watch(key, prefix, start).await
-        }
-    };
-}
-
-/// A broken variant `$wrap` whose API `$api` wraps the simulated client;
-/// the variant's own `EtcdApi` impl says what it breaks.
-macro_rules! newtype_wrapper {
-    ($wrap:ident, $api:ident) => {
-        #[derive(Clone)]
-        pub(crate) struct $wrap;
-        #[derive(Clone)]
-        pub(crate) struct $api(SimEtcd);
-
-        impl Variant for $wrap {
-            type Api = $api;
-            fn wrap(&self, etcd: SimEtcd) -> $api {
-                $api(etcd)
-            }
-        }
-
-        impl Inner for $api {
-            fn inner(&self) -> &SimEtcd {
-                &self.0
-            }
-        }
-    };
-}
-
-// Claims every revoke succeeded without sending it: stop leaves the key.
-newtype_wrapper!(SwallowRevoke, SwallowRevokeApi);
-
-impl EtcdApi for SwallowRevokeApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = SimWatchEvents;
-    delegate!(unary);
-    delegate!(keep_alive);
-    delegate!(watch);
-    async fn lease_revoke(&self, _lease: LeaseId) -> Result<(), EtcdError> {
+impl Intercept for SwallowRevoke {
+    async fn lease_revoke<A: EtcdApi>(&self, _api: &A, _lease: LeaseId) -> Result<(), EtcdError> {
         Ok(())
     }
 }
 
-// Answers a dead lease's keep-alive with the last live TTL (as a client
-// caching TTLs might), so the host never learns its lease is gone.
-newtype_wrapper!(StaleTtl, StaleTtlApi);
-
-pub(crate) struct StaleReplies {
-    inner: SimReplies,
-    last: i64,
+/// Answers a dead lease's keep-alive with the stream's last live TTL (as
+/// a client caching TTLs might), so the host never learns its lease is
+/// gone.
+#[derive(Clone, Default)]
+pub(crate) struct StaleTtl {
+    /// Each stream's last live TTL, by stream.
+    last: Arc<Mutex<HashMap<u64, i64>>>,
 }
 
-impl KeepAliveReplies for StaleReplies {
-    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
-        match self.inner.next().await {
-            Some(Ok(0)) if self.last > 0 => Some(Ok(self.last)),
+impl Intercept for StaleTtl {
+    async fn keep_alive_next<R: KeepAliveReplies>(
+        &self,
+        stream: &KeepAliveStream,
+        replies: &mut R,
+    ) -> Option<Result<i64, EtcdError>> {
+        let reply = replies.next().await;
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let last = last.entry(stream.id).or_insert(0);
+        match reply {
+            Some(Ok(0)) if *last > 0 => Some(Ok(*last)),
             Some(Ok(ttl)) => {
-                self.last = ttl;
+                *last = ttl;
                 Some(Ok(ttl))
             }
             other => other,
@@ -121,91 +57,30 @@ impl KeepAliveReplies for StaleReplies {
     }
 }
 
-impl EtcdApi for StaleTtlApi {
-    type Keeper = SimKeeper;
-    type Replies = StaleReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = SimWatchEvents;
-    delegate!(unary);
-    delegate!(revoke);
-    delegate!(watch);
-    async fn lease_keep_alive(
-        &self,
-        lease: LeaseId,
-    ) -> Result<(SimKeeper, StaleReplies), EtcdError> {
-        let (k, r) = self.0.lease_keep_alive(lease).await?;
-        Ok((k, StaleReplies { inner: r, last: 0 }))
-    }
-}
-
 /// A stream layer that wedges: once any keep-alive stream of a process has
 /// broken, that stream and every later one stay open but silent (the
 /// etcd-client #54 shape, made permanent).
-#[derive(Clone)]
-pub(crate) struct SilentStreams;
-
-#[derive(Clone)]
-pub(crate) struct SilentStreamsApi {
-    inner: SimEtcd,
+#[derive(Clone, Default)]
+pub(crate) struct SilentStreams {
     wedged: Arc<AtomicBool>,
 }
 
-pub(crate) struct SilentReplies {
-    inner: SimReplies,
-    wedged: Arc<AtomicBool>,
-}
-
-impl Variant for SilentStreams {
-    type Api = SilentStreamsApi;
-    fn wrap(&self, etcd: SimEtcd) -> SilentStreamsApi {
-        SilentStreamsApi {
-            inner: etcd,
-            wedged: Arc::new(AtomicBool::new(false)),
-        }
-    }
-}
-
-impl KeepAliveReplies for SilentReplies {
-    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
+impl Intercept for SilentStreams {
+    async fn keep_alive_next<R: KeepAliveReplies>(
+        &self,
+        _stream: &KeepAliveStream,
+        replies: &mut R,
+    ) -> Option<Result<i64, EtcdError>> {
         if self.wedged.load(Ordering::Relaxed) {
             return std::future::pending().await;
         }
-        match self.inner.next().await {
+        match replies.next().await {
             Some(Ok(ttl)) => Some(Ok(ttl)),
             _ => {
                 self.wedged.store(true, Ordering::Relaxed);
                 std::future::pending().await
             }
         }
-    }
-}
-
-impl Inner for SilentStreamsApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.inner
-    }
-}
-
-impl EtcdApi for SilentStreamsApi {
-    type Keeper = SimKeeper;
-    type Replies = SilentReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = SimWatchEvents;
-    delegate!(unary);
-    delegate!(revoke);
-    delegate!(watch);
-    async fn lease_keep_alive(
-        &self,
-        lease: LeaseId,
-    ) -> Result<(SimKeeper, SilentReplies), EtcdError> {
-        let (k, r) = self.inner.lease_keep_alive(lease).await?;
-        Ok((
-            k,
-            SilentReplies {
-                inner: r,
-                wedged: Arc::clone(&self.wedged),
-            },
-        ))
     }
 }
 
@@ -217,10 +92,23 @@ pub(crate) struct WatchEdited(Edit);
 
 pub(crate) type Edit = fn(&mut coord::WatchMessage) -> bool;
 
-#[derive(Clone)]
-pub(crate) struct WatchEditedApi(SimEtcd, Edit);
-
-pub(crate) struct EditedEvents(SimWatchEvents, Edit);
+impl Intercept for WatchEdited {
+    async fn watch_next<E: WatchEvents>(
+        &self,
+        _stream: &WatchStream,
+        events: &mut E,
+    ) -> Option<Result<coord::WatchMessage, EtcdError>> {
+        let mut m = events.next().await?;
+        let late = match &mut m {
+            Ok(msg) => (self.0)(msg),
+            Err(_) => false,
+        };
+        if late {
+            madsim::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+        Some(m)
+    }
+}
 
 /// Drops the delete events whose key `drop` selects (on time).
 pub(crate) fn drop_deletes(msg: &mut coord::WatchMessage, drop: fn(&coord::Key) -> bool) -> bool {
@@ -237,139 +125,66 @@ pub(crate) fn queue_key(key: &coord::Key) -> bool {
 }
 
 /// Every delete: host watchers never see a host go down.
-pub(crate) const ALL_DELETES: WatchEdited = WatchEdited(|msg| drop_deletes(msg, |_| true));
+pub(crate) const ALL_DELETES: Intercepting<WatchEdited> =
+    Intercepting(|| WatchEdited(|msg| drop_deletes(msg, |_| true)));
 
 /// The election and lock queues' deletes: waiters and leaders never learn
 /// their key was deleted, waiters never see predecessors go, observers
 /// keep leaders that left.
-pub(crate) const QUEUE_DELETES: WatchEdited = WatchEdited(|msg| drop_deletes(msg, queue_key));
+pub(crate) const QUEUE_DELETES: Intercepting<WatchEdited> =
+    Intercepting(|| WatchEdited(|msg| drop_deletes(msg, queue_key)));
 
 /// Every message that deletes an election or lock key, a second late:
 /// successors learn late that they lead.
-pub(crate) const LATE_QUEUE_DELETES: WatchEdited = WatchEdited(|msg| {
-    msg.events.iter().any(|e| match e {
-        coord_core::kv::WatchEvent::Delete { key, .. } => queue_key(key),
-        coord_core::kv::WatchEvent::Put { .. } => false,
+pub(crate) const LATE_QUEUE_DELETES: Intercepting<WatchEdited> = Intercepting(|| {
+    WatchEdited(|msg| {
+        msg.events.iter().any(|e| match e {
+            coord_core::kv::WatchEvent::Delete { key, .. } => queue_key(key),
+            coord_core::kv::WatchEvent::Put { .. } => false,
+        })
     })
 });
 
 /// Every put of a host key with a space appended to its value (still
 /// valid JSON, decoding to the same metadata): only the records' raw
 /// values show it.
-pub(crate) const VALUES_PADDED: WatchEdited = WatchEdited(|msg| {
-    for e in &mut msg.events {
-        if let coord_core::kv::WatchEvent::Put { kv, .. } = e {
-            if !queue_key(&kv.key) {
-                kv.value.push(b' ');
+pub(crate) const VALUES_PADDED: Intercepting<WatchEdited> = Intercepting(|| {
+    WatchEdited(|msg| {
+        for e in &mut msg.events {
+            if let coord_core::kv::WatchEvent::Put { kv, .. } = e {
+                if !queue_key(&kv.key) {
+                    kv.value.push(b' ');
+                }
             }
         }
-    }
-    false
+        false
+    })
 });
 
-impl Variant for WatchEdited {
-    type Api = WatchEditedApi;
-    fn wrap(&self, etcd: SimEtcd) -> WatchEditedApi {
-        WatchEditedApi(etcd, self.0)
-    }
-}
+/// Runs a leader's guarded transaction without its guard: a stale
+/// leader's write lands after a newer leader's.
+#[derive(Clone)]
+pub(crate) struct UnguardedTxn;
 
-impl coord::WatchEvents for EditedEvents {
-    async fn next(&mut self) -> Option<Result<coord::WatchMessage, EtcdError>> {
-        let mut m = self.0.next().await?;
-        let late = match &mut m {
-            Ok(msg) => (self.1)(msg),
-            Err(_) => false,
-        };
-        if late {
-            madsim::time::sleep(std::time::Duration::from_secs(1)).await;
-        }
-        Some(m)
-    }
-}
-
-impl Inner for WatchEditedApi {
-    fn inner(&self) -> &SimEtcd {
-        &self.0
-    }
-}
-
-impl EtcdApi for WatchEditedApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = EditedEvents;
-    delegate!(unary);
-    delegate!(revoke);
-    delegate!(keep_alive);
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start: Revision,
-    ) -> Result<(SimWatchControl, EditedEvents), EtcdError> {
-        let (c, e) = self.0.watch(key, prefix, start).await?;
-        Ok((c, EditedEvents(e, self.1)))
-    }
-}
-
-/// A wrapper whose only change is what it does to transactions or to
-/// ranges.
-macro_rules! unary_wrapper {
-    ($wrap:ident, $api:ident, txn |$txn:ident| $body:expr) => {
-        unary_wrapper!(@ $wrap, $api, |$txn| $body, |request| request);
-    };
-    ($wrap:ident, $api:ident, range |$request:ident| $body:expr) => {
-        unary_wrapper!(@ $wrap, $api, |txn| txn, |$request| $body);
-    };
-    (@ $wrap:ident, $api:ident, |$txn:ident| $txn_body:expr, |$request:ident| $range_body:expr) => {
-        newtype_wrapper!($wrap, $api);
-
-        impl EtcdApi for $api {
-            type Keeper = SimKeeper;
-            type Replies = SimReplies;
-            type WatchControl = SimWatchControl;
-            type WatchEvents = SimWatchEvents;
-            delegate!(revoke);
-            delegate!(keep_alive);
-            delegate!(watch);
-            async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-                self.0.lease_grant(ttl_secs).await
-            }
-            async fn range(&self, $request: RangeRequest) -> Result<Listing, EtcdError> {
-                self.0.range($range_body).await
-            }
-            async fn txn(&self, $txn: Txn) -> Result<TxnResponse, EtcdError> {
-                self.0.txn($txn_body).await
-            }
-        }
-    };
-}
-
-// Runs a leader's guarded transaction without its guard: a stale leader's
-// write lands after a newer leader's.
-unary_wrapper!(
-    UnguardedTxn,
-    UnguardedTxnApi,
-    txn | txn | {
+impl Intercept for UnguardedTxn {
+    async fn txn<A: EtcdApi>(&self, api: &A, mut txn: Txn) -> Result<TxnResponse, EtcdError> {
         let guarded = txn.compares.len() == 1
             && txn.success.len() == 1
             && matches!(txn.success[0], coord::TxnOp::Txn(_));
-        let mut txn = txn;
         if guarded {
             txn.compares.clear();
         }
-        txn
+        api.txn(txn).await
     }
-);
+}
 
-// A try whose "nobody queued" compare looks at its own key only: it joins
-// the queue like a campaign (and the core then leaves it again).
-unary_wrapper!(
-    TryFallsThrough,
-    TryFallsThroughApi,
-    txn | txn | {
-        let mut txn = txn;
+/// A try whose "nobody queued" compare looks at its own key only: it
+/// joins the queue like a campaign (and the core then leaves it again).
+#[derive(Clone)]
+pub(crate) struct TryFallsThrough;
+
+impl Intercept for TryFallsThrough {
+    async fn txn<A: EtcdApi>(&self, api: &A, mut txn: Txn) -> Result<TxnResponse, EtcdError> {
         let own_key = match txn.success.first() {
             Some(coord::TxnOp::Put { key, .. }) => Some(key.clone()),
             _ => None,
@@ -380,23 +195,29 @@ unary_wrapper!(
                 c.key = key;
             }
         }
-        txn
+        api.txn(txn).await
     }
-);
+}
 
-// Sends every read as serializable (a proxy that answers all reads from
-// whichever member it reaches): the linearizable re-read of a stale
-// listing then comes from the stale member too.
-unary_wrapper!(
-    AllReadsSerializable,
-    AllReadsSerializableApi,
-    range | request | {
-        RangeRequest {
+/// Sends every read as serializable (a proxy that answers all reads from
+/// whichever member it reaches): the linearizable re-read of a stale
+/// listing then comes from the stale member too.
+#[derive(Clone)]
+pub(crate) struct AllReadsSerializable;
+
+impl Intercept for AllReadsSerializable {
+    async fn range<A: EtcdApi>(
+        &self,
+        api: &A,
+        request: RangeRequest,
+    ) -> Result<Listing, EtcdError> {
+        api.range(RangeRequest {
             consistency: coord_core::io::Consistency::Serializable,
             ..request
-        }
+        })
+        .await
     }
-);
+}
 
 /// Every host of the fleet draws the same backoff jitter (one seed for
 /// all), as a fleet without jitter would, and counts no fleet (no slots,
@@ -576,69 +397,41 @@ pub(crate) fn assert_caught_on(case: &Case, what: &str, slowed: Slowed, invarian
     println!("{slowed:?} on {what}: {caught:?}");
 }
 
-// Reports every grant's TTL a second longer than etcd granted (as a
-// client mis-decoding the reply might): hosts register with a TTL etcd
-// never gave.
-newtype_wrapper!(LongerTtl, LongerTtlApi);
+/// Reports every grant's TTL a second longer than etcd granted (as a
+/// client mis-decoding the reply might): hosts register with a TTL etcd
+/// never gave.
+#[derive(Clone)]
+pub(crate) struct LongerTtl;
 
-impl EtcdApi for LongerTtlApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = SimWatchEvents;
-    delegate!(revoke);
-    delegate!(keep_alive);
-    delegate!(watch);
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        let granted = self.0.lease_grant(ttl_secs).await?;
+impl Intercept for LongerTtl {
+    async fn lease_grant<A: EtcdApi>(&self, api: &A, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        let granted = api.lease_grant(ttl_secs).await?;
         Ok(Granted {
             ttl_secs: granted.ttl_secs + 1,
             ..granted
         })
     }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.0.txn(txn).await
-    }
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.0.range(request).await
-    }
 }
 
-// Reports every key a transaction reads under an election or lock name
-// with its create revision one higher (as a client mis-decoding the reply
-// might): candidates take a token etcd never gave their key.
-newtype_wrapper!(ShiftedTokens, ShiftedTokensApi);
+/// Reports every key a transaction reads under an election or lock name
+/// with its create revision one higher (as a client mis-decoding the reply
+/// might): candidates take a token etcd never gave their key.
+#[derive(Clone)]
+pub(crate) struct ShiftedTokens;
 
-impl EtcdApi for ShiftedTokensApi {
-    type Keeper = SimKeeper;
-    type Replies = SimReplies;
-    type WatchControl = SimWatchControl;
-    type WatchEvents = SimWatchEvents;
-    delegate!(revoke);
-    delegate!(keep_alive);
-    delegate!(watch);
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.0.lease_grant(ttl_secs).await
-    }
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        let mut response = self.0.txn(txn).await?;
+impl Intercept for ShiftedTokens {
+    async fn txn<A: EtcdApi>(&self, api: &A, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        let mut response = api.txn(txn).await?;
         for op in &mut response.responses {
             if let coord_core::io::TxnOpResponse::Get(kvs) = op {
                 for kv in kvs.iter_mut() {
-                    if !kv
-                        .key
-                        .as_bytes()
-                        .starts_with(coord::DEFAULT_PREFIX.as_bytes())
-                    {
+                    if queue_key(&kv.key) {
                         kv.create_revision = Revision(kv.create_revision.0 + 1);
                     }
                 }
             }
         }
         Ok(response)
-    }
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.0.range(request).await
     }
 }
 

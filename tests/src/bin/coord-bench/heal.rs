@@ -20,16 +20,16 @@
 //! etcd's own answer after SIGCONT to a read queued while it was stopped:
 //! about the least time in which any policy can heal.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use coord::etcd::{Intercept, Intercepted, KeepAliveStream};
 use coord::{
-    Client, ConnectOptions, EtcdApi, EtcdError, Granted, HostLiveness, HostMetadata,
-    KeepAliveReplies, KeepAliveSender, LeaseId, Revision, Txn, TxnResponse,
+    ConnectOptions, EtcdApi, EtcdError, HostLiveness, HostMetadata, KeepAliveReplies,
+    KeepAliveSender,
 };
-use coord_core::io::{Listing, RangeRequest};
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::proxy::{Mode, Proxy};
 
@@ -297,13 +297,10 @@ impl Subject {
         let client = coord::connect(&[proxy.endpoint()], ConnectOptions::default())
             .await
             .expect("connect through the proxy");
-        let replies = Arc::new(Mutex::new(Vec::new()));
-        let tapped = Tapped {
-            inner: client,
-            replies: Arc::clone(&replies),
-        };
+        let tapped = Tapped::default();
+        let replies = Arc::clone(&tapped.replies);
         let host = HostLiveness::register(
-            tapped,
+            Intercepted::new(client, tapped),
             HostMetadata::new(id, "bench"),
             policy.options(PREFIX, ttl, seed),
         )
@@ -340,50 +337,58 @@ impl Subject {
     }
 }
 
-/// A coord client that records each live keep-alive reply with the send
-/// it answers.
-#[derive(Clone)]
+/// Records each live keep-alive reply of a coord client with the send it
+/// answers.
+#[derive(Clone, Default)]
 struct Tapped {
-    inner: Client,
+    /// The send instants of each stream's keep-alives not answered yet,
+    /// oldest first (etcd answers a stream's keep-alives in order), by
+    /// stream.
+    sends: Arc<Mutex<HashMap<u64, VecDeque<Instant>>>>,
     replies: Arc<Mutex<Vec<Reply>>>,
 }
 
-/// The send instants of one stream's keep-alives not answered yet, oldest
-/// first (etcd answers a stream's keep-alives in order).
-type Sends = Arc<Mutex<VecDeque<Instant>>>;
-
-/// A keep-alive stream's sender, recording each send.
-struct TappedKeeper {
-    inner: <Client as EtcdApi>::Keeper,
-    sends: Sends,
-}
-
-impl KeepAliveSender for TappedKeeper {
-    async fn send(&mut self) -> Result<(), EtcdError> {
+impl Tapped {
+    fn sent(&self, stream: &KeepAliveStream) {
         if let Ok(mut s) = self.sends.lock() {
-            s.push_back(Instant::now());
+            s.entry(stream.id).or_default().push_back(Instant::now());
         }
-        self.inner.send().await
     }
 }
 
-/// A keep-alive stream's replies, each paired with its send as it is read.
-struct TappedReplies {
-    inner: <Client as EtcdApi>::Replies,
-    sends: Sends,
-    replies: Arc<Mutex<Vec<Reply>>>,
-}
+impl Intercept for Tapped {
+    async fn lease_keep_alive<A: EtcdApi>(
+        &self,
+        api: &A,
+        stream: &KeepAliveStream,
+    ) -> Result<(A::Keeper, A::Replies), EtcdError> {
+        // The open sends the stream's first keep-alive.
+        self.sent(stream);
+        api.lease_keep_alive(stream.lease).await
+    }
 
-impl KeepAliveReplies for TappedReplies {
-    async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
-        let reply = self.inner.next().await;
+    async fn keep_alive_send<K: KeepAliveSender>(
+        &self,
+        stream: &KeepAliveStream,
+        keeper: &mut K,
+    ) -> Result<(), EtcdError> {
+        self.sent(stream);
+        keeper.send().await
+    }
+
+    async fn keep_alive_next<R: KeepAliveReplies>(
+        &self,
+        stream: &KeepAliveStream,
+        replies: &mut R,
+    ) -> Option<Result<i64, EtcdError>> {
+        let reply = replies.next().await;
         if let Some(Ok(ttl)) = &reply {
             let read = Instant::now();
             let sent = self
                 .sends
                 .lock()
                 .ok()
-                .and_then(|mut s| s.pop_front())
+                .and_then(|mut s| s.get_mut(&stream.id)?.pop_front())
                 .unwrap_or(read);
             if *ttl > 0 {
                 if let Ok(mut r) = self.replies.lock() {
@@ -392,72 +397,5 @@ impl KeepAliveReplies for TappedReplies {
             }
         }
         reply
-    }
-}
-
-impl EtcdApi for Tapped {
-    type Keeper = TappedKeeper;
-    type Replies = TappedReplies;
-    type WatchControl = <Client as EtcdApi>::WatchControl;
-    type WatchEvents = <Client as EtcdApi>::WatchEvents;
-
-    async fn range(&self, request: RangeRequest) -> Result<Listing, EtcdError> {
-        self.inner.range(request).await
-    }
-
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, EtcdError> {
-        self.inner.txn(txn).await
-    }
-
-    async fn watch(
-        &self,
-        key: Vec<u8>,
-        prefix: bool,
-        start_revision: Revision,
-    ) -> Result<(Self::WatchControl, Self::WatchEvents), EtcdError> {
-        self.inner.watch(key, prefix, start_revision).await
-    }
-
-    async fn lease_grant(&self, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        self.inner.lease_grant(ttl_secs).await
-    }
-
-    async fn lease_revoke(&self, lease: LeaseId) -> Result<(), EtcdError> {
-        self.inner.lease_revoke(lease).await
-    }
-
-    fn probe_hub(&self) -> Option<coord::ProbeHub> {
-        self.inner.probe_hub()
-    }
-
-    fn for_probe(&self) -> Self {
-        Tapped {
-            inner: self.inner.for_probe(),
-            replies: Arc::clone(&self.replies),
-        }
-    }
-
-    async fn silent(&self) {
-        self.inner.silent().await;
-    }
-
-    async fn lease_keep_alive(
-        &self,
-        lease: LeaseId,
-    ) -> Result<(Self::Keeper, Self::Replies), EtcdError> {
-        // The open sends the stream's first keep-alive.
-        let sends: Sends = Arc::new(Mutex::new(VecDeque::from([Instant::now()])));
-        let (keeper, replies) = self.inner.lease_keep_alive(lease).await?;
-        Ok((
-            TappedKeeper {
-                inner: keeper,
-                sends: Arc::clone(&sends),
-            },
-            TappedReplies {
-                inner: replies,
-                sends,
-                replies: Arc::clone(&self.replies),
-            },
-        ))
     }
 }
