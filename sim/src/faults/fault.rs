@@ -169,6 +169,28 @@ impl Fault {
         }
     }
 
+    /// The process the fault is done to, to move it to another.
+    pub fn target_mut(&mut self) -> Option<&mut Target> {
+        match self {
+            Fault::Partition { target, .. }
+            | Fault::Pause { target, .. }
+            | Fault::Crash { target, .. } => Some(target),
+            _ => None,
+        }
+    }
+
+    /// The index of the host a fault is done to (a partition, pause or
+    /// crash of it, its stop, its lease revoked), to move it to another.
+    pub fn host_mut(&mut self) -> Option<&mut usize> {
+        match self {
+            Fault::Stop { host } | Fault::RevokeLease { host } => Some(host),
+            other => match other.target_mut()? {
+                Target::Host(host) => Some(host),
+                _ => None,
+            },
+        }
+    }
+
     /// The process the fault is done to, if it is done to one.
     pub fn target(&self) -> Option<Target> {
         match self {

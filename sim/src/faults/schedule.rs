@@ -508,22 +508,8 @@ fn spread_hosts(case: &mut Case, spread: u64) {
     let mut rng = coord_core::rng::Rng::new(spread);
     let last_ten = u64::try_from(tens - 1).unwrap_or(0);
     for tf in &mut case.faults {
-        let host = match &mut tf.fault {
-            Fault::Partition {
-                target: Target::Host(host),
-                ..
-            }
-            | Fault::Pause {
-                target: Target::Host(host),
-                ..
-            }
-            | Fault::Crash {
-                target: Target::Host(host),
-                ..
-            }
-            | Fault::Stop { host }
-            | Fault::RevokeLease { host } => host,
-            _ => continue,
+        let Some(host) = tf.fault.host_mut() else {
+            continue;
         };
         let ten = usize::try_from(rng.below_inclusive(last_ten)).unwrap_or(0);
         let moved = *host + 10 * ten;
@@ -533,60 +519,23 @@ fn spread_hosts(case: &mut Case, spread: u64) {
 
 /// Maps contender and name indexes into the case's; `None` for a
 /// contender fault in a case without contenders.
-fn bound_contender(fault: Fault, contenders: usize, names: usize) -> Option<Fault> {
-    let bound = |target| match target {
-        Target::Contender(c) => Some(Target::Contender(c.checked_rem(contenders)?)),
-        other => Some(other),
-    };
-    Some(match fault {
-        Fault::Crash { target, down_ms } => Fault::Crash {
-            target: bound(target)?,
-            down_ms,
-        },
-        Fault::Partition {
-            target,
-            direction,
-            ms,
-        } => Fault::Partition {
-            target: bound(target)?,
-            direction,
-            ms,
-        },
-        Fault::Pause { target, ms } => Fault::Pause {
-            target: bound(target)?,
-            ms,
-        },
-        Fault::DeleteLeaderKey { name } => Fault::DeleteLeaderKey {
-            name: name.checked_rem(names)?,
-        },
-        Fault::DeleteWaiterKey { name } => Fault::DeleteWaiterKey {
-            name: name.checked_rem(names)?,
-        },
-        Fault::RevokeLeaderLease { name } => Fault::RevokeLeaderLease {
-            name: name.checked_rem(names)?,
-        },
-        other => other,
-    })
+fn bound_contender(mut fault: Fault, contenders: usize, names: usize) -> Option<Fault> {
+    if let Some(Target::Contender(c)) = fault.target_mut() {
+        *c = c.checked_rem(contenders)?;
+    }
+    if let Fault::DeleteLeaderKey { name }
+    | Fault::DeleteWaiterKey { name }
+    | Fault::RevokeLeaderLease { name } = &mut fault
+    {
+        *name = name.checked_rem(names)?;
+    }
+    Some(fault)
 }
 
 /// Maps host indexes into the fleet of `n` hosts.
 fn bound_host(mut fault: Fault, n: usize) -> Fault {
-    match &mut fault {
-        Fault::Partition {
-            target: Target::Host(host),
-            ..
-        }
-        | Fault::Pause {
-            target: Target::Host(host),
-            ..
-        }
-        | Fault::Crash {
-            target: Target::Host(host),
-            ..
-        }
-        | Fault::Stop { host }
-        | Fault::RevokeLease { host } => *host %= n,
-        _ => {}
+    if let Some(host) = fault.host_mut() {
+        *host %= n;
     }
     fault
 }
