@@ -39,15 +39,16 @@ use crate::io::{
     TxnOpResponse, TxnResponse,
 };
 use crate::kv::KeyValue;
-use crate::lease::LostReason;
 use crate::mirror::{Change, Mirror, MirrorConfig};
 use crate::outbox::{OpIds, Output};
 use crate::outcome::{AttemptFailure, Outcome, Retry};
 use crate::time::Instant;
 
+mod leave;
 mod requests;
 mod vocabulary;
 
+pub(crate) use vocabulary::CampaignInput;
 pub use vocabulary::{Answer, AskedBy, ElectionEvent, ElectionId, Loss, Mode, Standing};
 
 /// Parameters a session gives its candidates.
@@ -205,6 +206,25 @@ impl Campaign {
         matches!(self.state, State::Pending)
     }
 
+    /// Feeds one input at `now`; `ids` numbers the ops it issues (the
+    /// session's, so that their answers are routed back here).
+    pub(crate) fn handle(&mut self, now: Instant, input: CampaignInput, ids: &mut OpIds) {
+        match input {
+            CampaignInput::LeaseReady(lease) => {
+                if matches!(self.state, State::Pending) {
+                    self.join(now, lease, ids);
+                }
+            }
+            CampaignInput::LeaseLost(reason) => self.end(Loss::LeaseLost(reason)),
+            CampaignInput::SessionClosing => self.end(Loss::SessionClosed),
+            CampaignInput::Leave => self.leave(now, ids),
+            CampaignInput::Ask { request, asked } => self.ask(now, request, asked, ids),
+            CampaignInput::Timeout => self.timeout(now, ids),
+            CampaignInput::Returned { probe_sent } => self.cut(now, probe_sent, ids),
+            CampaignInput::Io(c) => self.io(now, c, ids),
+        }
+    }
+
     /// The next command or event, in order (the `poll` of every machine's
     /// shape). Drain after every call that feeds the campaign.
     #[must_use]
@@ -234,7 +254,7 @@ impl Campaign {
 
     /// etcd answers again: cuts a backoff wait short. Nothing under
     /// [`Pacing::Plain`](crate::Pacing::Plain).
-    pub(crate) fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
+    fn cut(&mut self, now: Instant, probe_sent: Instant, ids: &mut OpIds) {
         if !self.backoff.heeds_returns() {
             return;
         }
@@ -296,26 +316,6 @@ impl Campaign {
 
     fn event(&mut self, e: ElectionEvent) {
         self.out.push_back(Output::Event(e));
-    }
-
-    /// The session holds `lease`: a pending campaign joins the queue.
-    pub(crate) fn lease_ready(&mut self, now: Instant, lease: LeaseId, ids: &mut OpIds) {
-        if matches!(self.state, State::Pending) {
-            self.join(now, lease, ids);
-        }
-    }
-
-    /// The session's lease is lost: queued and leading campaigns are lost
-    /// too; one not queued yet (pending, or joining: a key its join made
-    /// is on the lost lease, which the session revokes) waits for the next
-    /// lease.
-    pub(crate) fn lease_lost(&mut self, reason: &LostReason) {
-        self.end(Loss::LeaseLost(reason.clone()));
-    }
-
-    /// The session closes: every campaign ends.
-    pub(crate) fn session_closing(&mut self) {
-        self.end(Loss::SessionClosed);
     }
 
     fn end(&mut self, loss: Loss) {
@@ -417,81 +417,8 @@ impl Campaign {
         self.state = State::Rejoin { next_at, lease };
     }
 
-    /// Leave: cancel a campaign or resign. Idempotent.
-    pub(crate) fn leave(&mut self, now: Instant, ids: &mut OpIds) {
-        match std::mem::replace(&mut self.state, State::Done) {
-            State::Pending => self.event(ElectionEvent::Left),
-            State::Joining {
-                op,
-                deadline,
-                lease,
-            } => {
-                // Wait for the join's answer: a delete sent now could reach
-                // etcd before the join and miss the key it then creates.
-                self.state = State::Leaving {
-                    leave: self.leave_of(lease, None, Tell::Left),
-                    step: LeaveStep::AwaitJoin { op, deadline },
-                };
-            }
-            State::Rejoin { lease, .. } => {
-                self.begin_leave(now, self.leave_of(lease, None, Tell::Left), ids);
-            }
-            State::Queued {
-                lease,
-                token,
-                mirror,
-            }
-            | State::Leading {
-                lease,
-                token,
-                mirror,
-            } => {
-                self.close_mirror(mirror);
-                self.begin_leave(now, self.leave_of(lease, Some(token), Tell::Left), ids);
-            }
-            other @ (State::Leaving { .. } | State::Done) => self.state = other,
-        }
-    }
-
-    fn leave_of(&self, lease: LeaseId, token: Option<Revision>, tell: Tell) -> Leave {
-        Leave {
-            key: candidate_key(&self.name, lease),
-            token,
-            tell,
-        }
-    }
-
-    fn left(&mut self, tell: Tell) {
-        match tell {
-            Tell::Left => self.event(ElectionEvent::Left),
-            Tell::Nothing => {}
-        }
-    }
-
-    fn begin_leave(&mut self, now: Instant, leave: Leave, ids: &mut OpIds) {
-        let compares = leave
-            .token
-            .map(|t| Compare::create_revision(leave.key.clone(), CompareOp::Equal, t))
-            .into_iter()
-            .collect();
-        let txn = Txn {
-            compares,
-            success: vec![TxnOp::Delete {
-                key: leave.key.clone(),
-            }],
-            failure: Vec::new(),
-        };
-        let op = ids.next();
-        self.cmd(Command::Txn { op, txn });
-        let deadline = now + self.config.request_timeout;
-        self.state = State::Leaving {
-            leave,
-            step: LeaveStep::InFlight { op, deadline },
-        };
-    }
-
     /// The deadline from `poll_timeout` may have passed.
-    pub(crate) fn timeout(&mut self, now: Instant, ids: &mut OpIds) {
+    fn timeout(&mut self, now: Instant, ids: &mut OpIds) {
         let late: Vec<OpId> = self
             .requests
             .iter()
@@ -539,21 +466,8 @@ impl Campaign {
         }
     }
 
-    fn leave_failed(&mut self, now: Instant, leave: Leave, failure: AttemptFailure) {
-        let next_at = now + self.backoff.next_delay(failure.class());
-        self.event(ElectionEvent::Retrying(Retry {
-            attempt: self.backoff.attempt(),
-            next_at,
-            failure: Some(failure),
-        }));
-        self.state = State::Leaving {
-            leave,
-            step: LeaveStep::RetryAt(next_at),
-        };
-    }
-
     /// A completion routed to this campaign.
-    pub(crate) fn io(&mut self, now: Instant, c: Completion, ids: &mut OpIds) {
+    fn io(&mut self, now: Instant, c: Completion, ids: &mut OpIds) {
         if let Completion::Txn { op, outcome } = c {
             if self.requests.contains_key(&op) {
                 return self.answered(now, op, outcome);
@@ -680,7 +594,8 @@ impl Campaign {
             more: false,
             cluster: resp.cluster,
         };
-        mirror.start_from(now, listing, ids);
+        let started = mirror.start_from(now, listing, ids);
+        debug_assert_eq!(started, Ok(()), "a new mirror is idle");
         if mine.value != self.value {
             // An earlier campaign of this session left another value.
             let txn = self.guarded_put(lease, token, self.value.clone());

@@ -12,8 +12,9 @@
 //!
 //! ## Call order (the same for every machine)
 //! 1. `handle(now, input)` for each input (start, completions, stream
-//!    messages, user requests). It returns `Err(UsageError)` only for API
-//!    misuse; etcd and network failures are inputs, never errors.
+//!    messages, user requests). It returns an error (each machine's own: a
+//!    [`StartError`](machine::StartError), a session's `SessionError`) only
+//!    for API misuse, changing nothing; etcd and network failures are inputs, never errors.
 //! 2. Drain `poll()` until `None`: each `Output` is a `Command` to execute
 //!    (tagged with an [`OpId`]) or an `Event` for the user.
 //! 3. Sleep until `poll_timeout()` (or the next input), then

@@ -12,7 +12,6 @@
 
 use std::time::Duration;
 
-use crate::backoff::BackoffConfig;
 use crate::census::Census;
 pub use crate::census::FleetConfig;
 use crate::ids::{Key, LeaseId};
@@ -22,7 +21,7 @@ pub use crate::StartPolicy;
 
 pub use crate::lease::{
     ConfigError, Event, Input, LeaseState as LivenessState, LostReason, OnLoss, Output,
-    RevokeOutcome, UsageError, MAX_TTL, MIN_REFRESH, MIN_TTL,
+    RevokeOutcome, StartError, MAX_TTL, MIN_REFRESH, MIN_TTL,
 };
 pub use crate::outcome::{AttemptFailure, Retry};
 
@@ -34,19 +33,8 @@ pub struct LivenessConfig {
     pub key: Key,
     /// The value stored at the key (the encoded metadata).
     pub value: Vec<u8>,
-    /// Lease TTL asked for; granted TTLs may be longer (etcd's minimum).
-    /// Whole seconds are asked for, rounding up.
-    pub ttl: Duration,
-    /// Keep-alive interval. Must be below `ttl`.
-    pub refresh: Duration,
-    /// Deadline of every request; past it the outcome is unknown.
-    pub request_timeout: Duration,
-    /// Pacing of heal attempts.
-    pub backoff: BackoffConfig,
-    /// Seed of the jitter PRNG.
-    pub seed: u64,
-    /// What a failed first registration does.
-    pub start: StartPolicy,
+    /// The lease the key is attached to.
+    pub lease: LeaseConfig,
     /// What a lost lease becomes: resumed (the default; the key stays and
     /// watchers see no flap when etcd still has the lease) or replaced by
     /// a new one (go-coord's way, for comparisons).
@@ -58,45 +46,31 @@ pub struct LivenessConfig {
 }
 
 impl LivenessConfig {
-    /// A config with coord's defaults: TTL 10 s, refresh TTL/3, request
-    /// timeout 5 s, default backoff, fail-fast start.
+    /// A config with coord's defaults: the lease's (see
+    /// [`LeaseConfig::new`]), resumed on loss, no fleet.
     pub fn new(key: Key, value: Vec<u8>, seed: u64) -> Self {
-        let lease = LeaseConfig::new(seed);
         LivenessConfig {
             key,
             value,
-            ttl: lease.ttl,
-            refresh: lease.refresh,
-            request_timeout: lease.request_timeout,
-            backoff: lease.backoff,
-            seed,
-            start: lease.start,
+            lease: LeaseConfig::new(seed),
             on_loss: OnLoss::Resume,
             fleet: None,
         }
     }
 
-    /// The lease engine's config: this key attached.
-    pub fn lease(&self) -> LeaseConfig {
-        LeaseConfig {
-            ttl: self.ttl,
-            refresh: self.refresh,
-            request_timeout: self.request_timeout,
-            backoff: self.backoff.clone(),
-            seed: self.seed,
-            start: self.start,
-            attach: Some(Attach {
-                key: self.key.clone(),
-                value: self.value.clone(),
-            }),
-            on_loss: self.on_loss,
-        }
-    }
-
     /// Checks every parameter; the machine refuses to start otherwise.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.lease().validate()?;
-        self.validate_fleet()
+        self.engine().map(|_| ())
+    }
+
+    /// The lease engine of this config: its key attached.
+    fn engine(&self) -> Result<LeaseEngine, ConfigError> {
+        let attach = Attach {
+            key: self.key.clone(),
+            value: self.value.clone(),
+        };
+        self.validate_fleet()?;
+        LeaseEngine::new(self.lease.clone(), Some(attach), self.on_loss, 0)
     }
 
     /// Checks the fleet's parameters (see [`ConfigError::FleetOutOfRange`]).
@@ -130,16 +104,14 @@ pub struct Liveness {
 impl Liveness {
     /// A machine for `config`. Nothing happens until `Input::Start`.
     pub fn new(config: LivenessConfig) -> Result<Self, ConfigError> {
-        // The engine checks the lease's parameters.
-        config.validate_fleet()?;
-        let engine = LeaseEngine::new(config.lease(), 0)?;
+        let engine = config.engine()?;
         let census = config.fleet.clone().map(|fleet| {
             Census::new(
                 fleet,
                 config.key.clone(),
-                config.ttl / 2,
-                config.request_timeout,
-                config.seed,
+                config.lease.ttl / 2,
+                config.lease.request_timeout,
+                config.lease.seed,
                 1,
             )
         });
@@ -223,7 +195,7 @@ impl Liveness {
 
     /// Feeds one input. Only `Start` in the wrong state is an error; etcd
     /// failures arrive as inputs and are handled, stale completions ignored.
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), StartError> {
         if let Some(census) = self.census.as_mut() {
             match &input {
                 Input::Io(c) if census.owns(c.op()) => {
@@ -244,7 +216,7 @@ impl Liveness {
     }
 }
 
-crate::machine::impl_machine!(Liveness, Input, Event);
+crate::machine::impl_machine!(Liveness, Input, Event, StartError);
 
 #[cfg(test)]
 mod tests;

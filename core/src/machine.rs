@@ -1,6 +1,5 @@
 //! What every machine has in common, so one driver loop runs them all.
 
-use crate::ids::Key;
 use crate::io::{Command, Completion};
 use crate::outbox::Output;
 use crate::time::Instant;
@@ -15,7 +14,7 @@ pub trait Machine {
     type Input: From<Completion>;
     /// What the machine tells its user.
     type Event;
-    /// API misuse.
+    /// Why an input was refused (API misuse; nothing changed).
     type Error: std::fmt::Debug;
 
     /// The input for "the deadline from `poll_timeout` has passed".
@@ -87,42 +86,30 @@ impl From<Completion> for Input {
     }
 }
 
-/// Misuse of a machine's API. Shared by every machine.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
+/// Why a machine refused `Start`: every machine's lifecycle error, and the
+/// only error of one that takes no other request (a host's liveness, a
+/// watcher, an observer, the lease engine). Nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
     /// `Start` was given twice.
     #[error("already started")]
     AlreadyStarted,
-    /// A request after close.
+    /// `Start` after close.
     #[error("closed")]
     Closed,
-    /// A request before `Start`.
-    #[error("not started")]
-    NotStarted,
-    /// An election id that does not exist (never made, or ended).
-    #[error("no such election")]
-    UnknownElection,
-    /// A campaign's id must be new: above every id used before, never 0.
-    #[error("election id {0} is 0 or already used")]
-    ElectionIdTaken(u64),
-    /// This session already campaigns (or still cleans up a campaign) on
-    /// the name: both would write the same key.
-    #[error("this session already campaigns on {0}")]
-    AlreadyCampaigning(Key),
-    /// The request needs leadership the election does not hold.
-    #[error("not the leader")]
-    NotLeader,
 }
 
-/// Implements [`Machine`] for a type whose inherent `handle`, `poll`,
-/// `poll_timeout` and `is_closed` have the trait's shape.
+/// Implements [`Machine`] for a type whose inherent `handle` (failing with
+/// the error type given last), `poll`, `poll_timeout` and `is_closed` have
+/// the trait's shape.
 /// With `[generics]` first, for a generic type.
 macro_rules! impl_machine {
-    ([$($generics:tt)*] $ty:ty, $input:ty, $event:ty) => {
+    ([$($generics:tt)*] $ty:ty, $input:ty, $event:ty, $error:ty) => {
         impl<$($generics)*> $crate::machine::Machine for $ty {
             type Input = $input;
             type Event = $event;
-            type Error = $crate::machine::UsageError;
+            type Error = $error;
 
             fn timeout_input() -> $input {
                 <$input>::Timeout
@@ -149,7 +136,7 @@ macro_rules! impl_machine {
                 &mut self,
                 now: $crate::time::Instant,
                 input: $input,
-            ) -> Result<(), $crate::machine::UsageError> {
+            ) -> Result<(), $error> {
                 <$ty>::handle(self, now, input)
             }
 
@@ -166,8 +153,8 @@ macro_rules! impl_machine {
             }
         }
     };
-    ($ty:ty, $input:ty, $event:ty) => {
-        $crate::machine::impl_machine!([] $ty, $input, $event);
+    ($ty:ty, $input:ty, $event:ty, $error:ty) => {
+        $crate::machine::impl_machine!([] $ty, $input, $event, $error);
     };
 }
 pub(crate) use impl_machine;

@@ -63,6 +63,7 @@ use crate::backoff::Backoff;
 use crate::ids::{ClusterId, Key, OpId, Revision};
 use crate::io::{Command, Completion, Consistency, Listing, MessageKind};
 use crate::kv::{KeyValue, WatchEvent};
+use crate::machine::StartError;
 use crate::outbox::{OpIds, Output};
 use crate::outcome::{AttemptFailure, Failure, Outcome, Retry};
 use crate::time::Instant;
@@ -310,18 +311,10 @@ impl Mirror {
         now: Instant,
         input: crate::machine::Input,
         ids: &mut OpIds,
-    ) -> Result<(), crate::lease::UsageError> {
+    ) -> Result<(), StartError> {
         use crate::machine::Input;
         match input {
-            Input::Start => {
-                if !self.start(now, ids) {
-                    return Err(if self.is_closed() {
-                        crate::lease::UsageError::Closed
-                    } else {
-                        crate::lease::UsageError::AlreadyStarted
-                    });
-                }
-            }
+            Input::Start => self.start(now, ids)?,
             Input::Close => self.close(),
             Input::Timeout => self.timeout(now, ids),
             Input::Returned { probe_sent } => self.cut(now, probe_sent, ids),
@@ -334,21 +327,33 @@ impl Mirror {
         Ok(())
     }
 
-    /// Starts by ranging the prefix. Only from idle.
-    pub(crate) fn start(&mut self, now: Instant, ids: &mut OpIds) -> bool {
-        if self.state != State::Idle {
-            return false;
-        }
+    /// Starts by ranging the prefix. Only from idle; otherwise refused,
+    /// changing nothing.
+    fn start(&mut self, now: Instant, ids: &mut OpIds) -> Result<(), StartError> {
+        self.refuse_unless_idle()?;
         self.list(now, ListReason::Initial, ids);
-        true
+        Ok(())
+    }
+
+    /// Why a mirror that is not idle refuses to start.
+    fn refuse_unless_idle(&self) -> Result<(), StartError> {
+        match self.state {
+            State::Idle => Ok(()),
+            State::Closed => Err(StartError::Closed),
+            _ => Err(StartError::AlreadyStarted),
+        }
     }
 
     /// Starts from a listing the owner read itself (it must hold every key
-    /// under the prefix at its revision). Only from idle.
-    pub(crate) fn start_from(&mut self, now: Instant, listing: Listing, ids: &mut OpIds) -> bool {
-        if self.state != State::Idle {
-            return false;
-        }
+    /// under the prefix at its revision). Only from idle; otherwise
+    /// refused, changing nothing.
+    pub(crate) fn start_from(
+        &mut self,
+        now: Instant,
+        listing: Listing,
+        ids: &mut OpIds,
+    ) -> Result<(), StartError> {
+        self.refuse_unless_idle()?;
         self.apply_listing(
             now,
             listing,
@@ -356,7 +361,7 @@ impl Mirror {
             Consistency::Linearizable,
             ids,
         );
-        true
+        Ok(())
     }
 
     /// Stops: cancels what is in flight. Idempotent.

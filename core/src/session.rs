@@ -19,75 +19,79 @@ use std::time::Duration;
 mod campaigns;
 use campaigns::Campaigns;
 
-use crate::backoff::BackoffConfig;
 use crate::election::{
-    AskedBy, Campaign, CampaignConfig, ElectionEvent, ElectionId, Mode, Standing,
+    AskedBy, Campaign, CampaignConfig, CampaignInput, ElectionEvent, ElectionId, Mode, Standing,
 };
 use crate::ids::{Key, LeaseId, OpId};
 use crate::io::{Command, Completion, Txn};
-use crate::lease::{self, ConfigError, LeaseConfig, LeaseEngine, LeaseState, OnLoss, UsageError};
+use crate::lease::{self, ConfigError, LeaseConfig, LeaseEngine, LeaseState, OnLoss};
+use crate::machine::StartError;
 use crate::outbox::{self, slot_of, OpIds, SLOT_SHIFT};
 use crate::time::Instant;
-use crate::StartPolicy;
 
 /// Configuration of a [`Session`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct SessionConfig {
-    /// Lease TTL asked for (etcd may grant more). Default 10 s.
-    pub ttl: Duration,
-    /// Keep-alive interval, below the TTL. Default TTL/3.
-    pub refresh: Duration,
-    /// Deadline of every request. Default 5 s.
-    pub request_timeout: Duration,
+    /// The session's lease, which nothing is attached to and which is
+    /// replaced when lost. Its request timeout, backoff and seed serve the
+    /// campaigns too.
+    pub lease: LeaseConfig,
     /// How long a campaign's queue watch may stay quiet before it is probed.
     /// Default 10 s.
     pub probe_interval: Duration,
-    /// Pacing of retries.
-    pub backoff: BackoffConfig,
-    /// Seed of the jitter PRNGs.
-    pub seed: u64,
-    /// What a failed first lease grant does.
-    pub start: StartPolicy,
 }
 
 impl SessionConfig {
-    /// coord's defaults.
+    /// coord's defaults: the lease's (see [`LeaseConfig::new`]), and a
+    /// probe interval of 10 s.
     pub fn new(seed: u64) -> Self {
-        let lease = LeaseConfig::new(seed);
         SessionConfig {
-            ttl: lease.ttl,
-            refresh: lease.refresh,
-            request_timeout: lease.request_timeout,
+            lease: LeaseConfig::new(seed),
             probe_interval: Duration::from_secs(10),
-            backoff: lease.backoff,
-            seed,
-            start: lease.start,
-        }
-    }
-
-    /// The lease engine's config: nothing attached, replaced on loss.
-    pub fn lease(&self) -> LeaseConfig {
-        LeaseConfig {
-            ttl: self.ttl,
-            refresh: self.refresh,
-            request_timeout: self.request_timeout,
-            backoff: self.backoff.clone(),
-            seed: self.seed,
-            start: self.start,
-            attach: None,
-            on_loss: OnLoss::Replace,
         }
     }
 
     /// Checks every parameter.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.lease().validate()?;
+        self.lease.validate()?;
         if !lease::probe_interval_in_range(self.probe_interval) {
             return Err(ConfigError::ProbeIntervalOutOfRange(self.probe_interval));
         }
         Ok(())
     }
+}
+
+/// Why a session refused an input. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// `Start` refused.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// `Campaign` refused.
+    #[error(transparent)]
+    Campaign(#[from] CampaignError),
+    /// A request (`Leave`, `Proclaim`, `Txn`) for a campaign the session
+    /// does not have: never made, or over.
+    #[error("no such election")]
+    UnknownElection,
+}
+
+/// Why a session refused `Campaign`. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CampaignError {
+    /// The session is closing or closed.
+    #[error("closed")]
+    Closed,
+    /// A campaign's id must be new: above every id used before, never 0.
+    #[error("election id {0} is 0 or already used")]
+    IdTaken(u64),
+    /// This session already campaigns (or still cleans up a campaign) on
+    /// the name: both would write the same key.
+    #[error("this session already campaigns on {0}")]
+    AlreadyCampaigning(Key),
 }
 
 /// Everything that can happen to a session.
@@ -187,7 +191,7 @@ impl Session {
     /// A session for `config`. Nothing happens until `Input::Start`.
     pub fn new(config: SessionConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let engine = LeaseEngine::new(config.lease(), 0)?;
+        let engine = LeaseEngine::new(config.lease.clone(), None, OnLoss::Replace, 0)?;
         Ok(Session {
             config,
             engine,
@@ -267,7 +271,7 @@ impl Session {
     }
 
     /// Feeds one input.
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), SessionError> {
         let result = self.route(now, input);
         self.drain(now);
         debug_assert!(
@@ -277,12 +281,12 @@ impl Session {
         result
     }
 
-    fn route(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+    fn route(&mut self, now: Instant, input: Input) -> Result<(), SessionError> {
         match input {
             Input::Start => self.engine.handle(now, lease::Input::Start)?,
             Input::Close => {
                 for c in self.elections.all_mut() {
-                    c.session_closing();
+                    c.handle(now, CampaignInput::SessionClosing, &mut self.ids);
                 }
                 self.engine.handle(now, lease::Input::Close)?;
             }
@@ -290,7 +294,7 @@ impl Session {
                 self.engine.handle(now, lease::Input::Timeout)?;
                 for id in self.elections.due(now) {
                     if let Some(c) = self.elections.get_mut(id) {
-                        c.timeout(now, &mut self.ids);
+                        c.handle(now, CampaignInput::Timeout, &mut self.ids);
                     }
                 }
             }
@@ -299,7 +303,7 @@ impl Session {
                 self.engine
                     .handle(now, lease::Input::Returned { probe_sent })?;
                 for c in self.elections.all_mut() {
-                    c.cut(now, probe_sent, &mut self.ids);
+                    c.handle(now, CampaignInput::Returned { probe_sent }, &mut self.ids);
                 }
             }
             Input::Io(c) => self.io(now, c)?,
@@ -311,30 +315,32 @@ impl Session {
             } => self.campaign(now, id, name, value, mode)?,
             Input::Leave { id } => {
                 let (c, ids) = self.election(id)?;
-                c.leave(now, ids);
+                c.handle(now, CampaignInput::Leave, ids);
             }
             Input::Proclaim { id, request, value } => {
                 let (c, ids) = self.election(id)?;
-                c.ask(now, request, AskedBy::Proclaim(value), ids);
+                let asked = AskedBy::Proclaim(value);
+                c.handle(now, CampaignInput::Ask { request, asked }, ids);
             }
             Input::Txn { id, request, txn } => {
                 let (c, ids) = self.election(id)?;
-                c.ask(now, request, AskedBy::Txn(txn), ids);
+                let asked = AskedBy::Txn(txn);
+                c.handle(now, CampaignInput::Ask { request, asked }, ids);
             }
         }
         Ok(())
     }
 
     /// A campaign, and the op ids it may use.
-    fn election(&mut self, id: ElectionId) -> Result<(&mut Campaign, &mut OpIds), UsageError> {
+    fn election(&mut self, id: ElectionId) -> Result<(&mut Campaign, &mut OpIds), SessionError> {
         let c = self
             .elections
             .get_mut(id)
-            .ok_or(UsageError::UnknownElection)?;
+            .ok_or(SessionError::UnknownElection)?;
         Ok((c, &mut self.ids))
     }
 
-    fn io(&mut self, now: Instant, c: Completion) -> Result<(), UsageError> {
+    fn io(&mut self, now: Instant, c: Completion) -> Result<(), StartError> {
         let op = c.op();
         if slot_of(op) == 0 {
             return self.engine.handle(now, lease::Input::Io(c));
@@ -347,7 +353,7 @@ impl Session {
             self.routes.remove(&op);
         }
         if let Some(contender) = self.elections.get_mut(id) {
-            contender.io(now, c, &mut self.ids);
+            contender.handle(now, CampaignInput::Io(c), &mut self.ids);
         }
         Ok(())
     }
@@ -359,15 +365,15 @@ impl Session {
         name: Key,
         value: Vec<u8>,
         mode: Mode,
-    ) -> Result<(), UsageError> {
+    ) -> Result<(), CampaignError> {
         if matches!(
             self.engine.state(),
             LeaseState::Closing | LeaseState::Closed { .. }
         ) {
-            return Err(UsageError::Closed);
+            return Err(CampaignError::Closed);
         }
         if id.0 == 0 || id.0 <= self.used {
-            return Err(UsageError::ElectionIdTaken(id.0));
+            return Err(CampaignError::IdTaken(id.0));
         }
         // A campaign still leaving the name (its key being deleted) makes
         // the new one wait; a live one on the same key is refused.
@@ -378,14 +384,14 @@ impl Session {
             .filter(|c| *c.name() == name)
             .any(|c| !matches!(c.standing(), Standing::Leaving | Standing::Done));
         if live {
-            return Err(UsageError::AlreadyCampaigning(name));
+            return Err(CampaignError::AlreadyCampaigning(name));
         }
         self.used = id.0;
         let config = CampaignConfig {
-            request_timeout: self.config.request_timeout,
+            request_timeout: self.config.lease.request_timeout,
             probe_interval: self.config.probe_interval,
-            backoff: self.config.backoff.clone(),
-            seed: campaign_seed(self.config.seed, id),
+            backoff: self.config.lease.backoff.clone(),
+            seed: campaign_seed(self.config.lease.seed, id),
         };
         self.elections
             .insert(id, Campaign::new(name, value, mode, config));
@@ -416,7 +422,7 @@ impl Session {
             .collect();
         for id in ready {
             if let Some(c) = self.elections.get_mut(id) {
-                c.lease_ready(now, lease, &mut self.ids);
+                c.handle(now, CampaignInput::LeaseReady(lease), &mut self.ids);
             }
         }
     }
@@ -436,13 +442,14 @@ impl Session {
                         }
                         lease::Event::Lost { reason, .. } => {
                             for c in self.elections.all_mut() {
-                                c.lease_lost(reason);
+                                let lost = CampaignInput::LeaseLost(reason.clone());
+                                c.handle(now, lost, &mut self.ids);
                             }
                         }
                         lease::Event::StartFailed { .. } | lease::Event::Closed { .. } => {
                             // No lease will come: nothing can wait for one.
                             for c in self.elections.all_mut() {
-                                c.session_closing();
+                                c.handle(now, CampaignInput::SessionClosing, &mut self.ids);
                             }
                         }
                         lease::Event::KeepAliveInterrupted { .. } | lease::Event::Retrying(_) => {}
@@ -506,7 +513,7 @@ fn ends_op(c: &Completion) -> bool {
 /// The first op id of the campaigns' slot (for tests and fuzzing).
 pub const CAMPAIGN_OPS: u64 = 1 << SLOT_SHIFT;
 
-crate::machine::impl_machine!(Session, Input, Event);
+crate::machine::impl_machine!(Session, Input, Event, SessionError);
 
 /// The jitter seed of campaign `id` on a session seeded `seed`: one of its
 /// own per campaign, so that a pool's campaigns do not retry in step, and

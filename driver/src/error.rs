@@ -138,16 +138,30 @@ impl Error {
     }
 }
 
-impl From<coord_core::lease::UsageError> for Error {
-    fn from(e: coord_core::lease::UsageError) -> Self {
-        use coord_core::lease::UsageError as U;
+impl From<coord_core::machine::StartError> for Error {
+    fn from(e: coord_core::machine::StartError) -> Self {
+        use coord_core::machine::StartError as S;
         match e {
-            U::Closed | U::NotStarted => Error::Closed,
-            U::AlreadyCampaigning(name) => Error::AlreadyCampaigning {
+            S::Closed => Error::Closed,
+            // `AlreadyStarted`: a handle's task starts its machine once.
+            _ => Error::TaskGone,
+        }
+    }
+}
+
+impl From<coord_core::session::SessionError> for Error {
+    fn from(e: coord_core::session::SessionError) -> Self {
+        use coord_core::session::{CampaignError as C, SessionError as S};
+        match e {
+            S::Start(e) => Error::from(e),
+            S::Campaign(C::Closed) => Error::Closed,
+            S::Campaign(C::AlreadyCampaigning(name)) => Error::AlreadyCampaigning {
                 name: name.to_string(),
             },
-            U::NotLeader | U::UnknownElection => Error::NotLeader,
-            U::AlreadyStarted | U::ElectionIdTaken(_) => Error::TaskGone,
+            S::UnknownElection => Error::NotLeader,
+            // `IdTaken`: the handles number their campaigns themselves,
+            // never reusing an id.
+            _ => Error::TaskGone,
         }
     }
 }

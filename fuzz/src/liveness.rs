@@ -175,15 +175,15 @@ pub fn run(data: &[u8]) -> crate::Reach {
     let ttl = Duration::from_secs(u64::from(plan.ttl_secs.clamp(1, 30)));
     let mut config =
         LivenessConfig::new(Key(b"/coord/hosts/f".to_vec()), b"{}".to_vec(), plan.seed);
-    config.ttl = ttl;
-    config.refresh =
+    config.lease.ttl = ttl;
+    config.lease.refresh =
         (ttl * u32::from(plan.refresh_pct.clamp(1, 99)) / 100).max(Duration::from_millis(10));
-    config.request_timeout = Duration::from_millis(u64::from(plan.timeout_ms.max(10)));
-    config.start = plan.start;
+    config.lease.request_timeout = Duration::from_millis(u64::from(plan.timeout_ms.max(10)));
+    config.lease.start = plan.start;
     // One plan in eight runs the go-coord-style baseline's pacing, and one
     // in eight replaces a lost lease (taken from the seed's bits, so that
     // the committed corpus decodes as before).
-    config.backoff.pacing = crate::pacing(plan.seed);
+    config.lease.backoff.pacing = crate::pacing(plan.seed);
     if (plan.seed >> 3) % 8 == 7 {
         config.on_loss = OnLoss::Replace;
     }

@@ -117,12 +117,12 @@ pub fn run(data: &[u8]) -> crate::Reach {
         return crate::Reach::default();
     };
     let mut config = SessionConfig::new(plan.seed);
-    config.ttl = Duration::from_secs(u64::from(plan.ttl_secs.clamp(1, 20)));
-    config.refresh = config.ttl / 3;
-    config.request_timeout = Duration::from_millis(500);
+    config.lease.ttl = Duration::from_secs(u64::from(plan.ttl_secs.clamp(1, 20)));
+    config.lease.refresh = config.lease.ttl / 3;
+    config.lease.request_timeout = Duration::from_millis(500);
     config.probe_interval = Duration::from_secs(2);
-    config.start = plan.start;
-    config.backoff.pacing = crate::pacing(plan.seed);
+    config.lease.start = plan.start;
+    config.lease.backoff.pacing = crate::pacing(plan.seed);
     let Ok(mut m) = Session::new(config) else {
         return crate::Reach::default();
     };

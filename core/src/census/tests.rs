@@ -249,8 +249,8 @@ fn commands(m: &mut Liveness) -> Vec<Command> {
 /// (refused). Returns the machine and the time.
 fn counted_host_cut_off() -> (Liveness, u64) {
     let mut config = LivenessConfig::new(Key(OWN.to_vec()), b"{}".to_vec(), 9);
-    config.request_timeout = Duration::from_secs(2);
-    config.start = StartPolicy::Retry;
+    config.lease.request_timeout = Duration::from_secs(2);
+    config.lease.start = StartPolicy::Retry;
     config.fleet = Some(FleetConfig::new(Key(PREFIX.to_vec()), 1_000_000));
     let mut m = Liveness::new(config).unwrap();
     m.handle(t(0), Input::Start).unwrap();

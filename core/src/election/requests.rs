@@ -6,7 +6,7 @@ use super::*;
 impl Campaign {
     /// A proclaim (`value`) or a guarded transaction (`txn`), answered with
     /// `request`.
-    pub(crate) fn ask(&mut self, now: Instant, request: u64, asked: AskedBy, ids: &mut OpIds) {
+    pub(super) fn ask(&mut self, now: Instant, request: u64, asked: AskedBy, ids: &mut OpIds) {
         let (lease, token) = match &self.state {
             State::Leading { lease, token, .. } => (*lease, *token),
             _ => {

@@ -3,10 +3,11 @@
 //! standing, and why it was lost.
 
 use crate::ids::{FencingToken, Key, LeaseId};
-use crate::io::{Txn, TxnResponse};
+use crate::io::{Completion, Txn, TxnResponse};
 use crate::kv::KeyValue;
 use crate::lease::LostReason;
 use crate::outcome::{AttemptFailure, Retry};
+use crate::time::Instant;
 
 /// Identifies one campaign within its session. Chosen by the caller,
 /// unique for the session's life, never 0.
@@ -121,4 +122,36 @@ pub enum AskedBy {
     Proclaim(Vec<u8>),
     /// Run this transaction only while leading.
     Txn(Txn),
+}
+
+/// Everything that can happen to a campaign: what its session tells it,
+/// what its user asks through the session, and what etcd answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CampaignInput {
+    /// The session holds this lease: a pending campaign joins the queue.
+    LeaseReady(LeaseId),
+    /// The session's lease is lost: a queued or leading campaign is lost
+    /// too; one not queued yet waits for the next lease.
+    LeaseLost(LostReason),
+    /// The session closes (or will never hold a lease): the campaign ends.
+    SessionClosing,
+    /// Leave: cancel the campaign or resign. Idempotent.
+    Leave,
+    /// The user asks the leader something, answered with `request`.
+    Ask {
+        /// The answer's number.
+        request: u64,
+        /// What is asked.
+        asked: AskedBy,
+    },
+    /// The deadline from `poll_timeout` may have passed.
+    Timeout,
+    /// etcd answers again after a silence (see
+    /// [`Input::Returned`](crate::machine::Input::Returned)).
+    Returned {
+        /// When the probe that found etcd back was sent.
+        probe_sent: Instant,
+    },
+    /// A completion routed to this campaign.
+    Io(Completion),
 }

@@ -7,8 +7,8 @@ use super::late_grants::LateGrants;
 use super::link::{Link, Stream};
 use super::revokes::Revokes;
 use super::{
-    ConfigError, Event, Input, LeaseConfig, LeaseState, LostReason, OnLoss, Output, RevokeOutcome,
-    UsageError,
+    Attach, ConfigError, Event, Input, LeaseConfig, LeaseState, LostReason, OnLoss, Output,
+    RevokeOutcome, StartError,
 };
 use crate::backoff::{Backoff, FailureClass};
 use crate::ids::{LeaseId, OpId};
@@ -18,6 +18,7 @@ use crate::outcome::{AttemptFailure, Failure, Outcome, Retry};
 use crate::time::Instant;
 use crate::StartPolicy;
 
+mod close;
 mod keep_alive;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +98,10 @@ enum State {
 #[derive(Debug)]
 pub struct LeaseEngine {
     config: LeaseConfig,
+    /// The key registered with the lease, if any.
+    attach: Option<Attach>,
+    /// What a loss does.
+    on_loss: OnLoss,
     state: State,
     backoff: Backoff,
     out: Outbox<Command, Event>,
@@ -112,13 +117,25 @@ pub struct LeaseEngine {
 }
 
 impl LeaseEngine {
-    /// An engine for `config` whose op ids carry `slot`. Nothing happens
-    /// until `Input::Start`.
-    pub fn new(config: LeaseConfig, slot: u64) -> Result<Self, ConfigError> {
+    /// An engine for `config` that registers `attach` with its lease (if
+    /// any), does `on_loss` when it loses it, and whose op ids carry
+    /// `slot`. Nothing happens until `Input::Start`. Fails, changing
+    /// nothing, on a parameter out of range or an empty key.
+    pub fn new(
+        config: LeaseConfig,
+        attach: Option<Attach>,
+        on_loss: OnLoss,
+        slot: u64,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
+        if attach.as_ref().is_some_and(|a| a.key.0.is_empty()) {
+            return Err(ConfigError::EmptyKey);
+        }
         let backoff = Backoff::new(config.backoff.clone(), config.seed);
         Ok(LeaseEngine {
             config,
+            attach,
+            on_loss,
             state: State::Idle,
             backoff,
             out: Outbox::with_slot(slot),
@@ -244,7 +261,7 @@ impl LeaseEngine {
 
     /// Feeds one input. Only `Start` in the wrong state is an error; etcd
     /// failures arrive as inputs and are handled, stale completions ignored.
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), StartError> {
         match input {
             Input::Start => return self.on_start(now),
             Input::Close => self.on_close(now),
@@ -377,14 +394,14 @@ impl LeaseEngine {
         }
     }
 
-    fn on_start(&mut self, now: Instant) -> Result<(), UsageError> {
+    fn on_start(&mut self, now: Instant) -> Result<(), StartError> {
         match self.state {
             State::Idle => {
                 self.begin_grant(now, Attempt::First);
                 Ok(())
             }
-            State::Closing(_) | State::Closed(_) => Err(UsageError::Closed),
-            _ => Err(UsageError::AlreadyStarted),
+            State::Closing(_) | State::Closed(_) => Err(StartError::Closed),
+            _ => Err(StartError::AlreadyStarted),
         }
     }
 
@@ -409,7 +426,7 @@ impl LeaseEngine {
         stream: Option<Stream>,
         attempt: Attempt,
     ) {
-        let Some(attach) = self.config.attach.clone() else {
+        let Some(attach) = self.attach.clone() else {
             match stream {
                 Some(stream) => self.registered(lease, stream, attempt),
                 None => self.begin_open(now, lease, attempt),
@@ -608,7 +625,7 @@ impl LeaseEngine {
     /// [`Self::lose`], pacing the first heal attempt as `pace` says.
     fn lose_as(&mut self, now: Instant, lease: Lease, reason: LostReason, pace: Pace) {
         let alive_maybe = !matches!(reason, LostReason::LeaseExpired);
-        let next = match self.config.on_loss {
+        let next = match self.on_loss {
             OnLoss::Resume if alive_maybe => Next::Resume(lease),
             OnLoss::Resume => Next::Fresh,
             OnLoss::Replace => {
@@ -712,62 +729,6 @@ impl LeaseEngine {
             }
             other => self.state = other,
         }
-    }
-
-    fn on_close(&mut self, now: Instant) {
-        match std::mem::replace(&mut self.state, State::Idle) {
-            State::Idle => self.begin_closing(now, None, None),
-            State::Registering { op, step, .. } => match step {
-                Step::Grant => self.begin_closing(now, None, Some(op)),
-                Step::Attach { lease, stream } => {
-                    self.out.cmd(Command::Abandon { op });
-                    if let Some(s) = stream {
-                        self.out.cmd(Command::CloseKeepAlive { stream: s.op });
-                    }
-                    self.begin_closing(now, Some(lease.id), None);
-                }
-                Step::Open { lease, stream } => {
-                    self.out.cmd(Command::CloseKeepAlive { stream: stream.op });
-                    self.begin_closing(now, Some(lease.id), None);
-                }
-            },
-            State::Held { lease, link, .. } => {
-                if let Link::Up(s) = link {
-                    self.out.cmd(Command::CloseKeepAlive { stream: s.op });
-                }
-                self.begin_closing(now, Some(lease.id), None);
-            }
-            State::Waiting { next, .. } => {
-                let lease = match next {
-                    Next::Resume(lease) => Some(lease.id),
-                    Next::First | Next::Fresh => None,
-                };
-                self.begin_closing(now, lease, None);
-            }
-            // Idempotent: a second close changes nothing.
-            other @ (State::Closing(_) | State::Closed(_)) => self.state = other,
-        }
-    }
-
-    fn begin_closing(&mut self, now: Instant, lease: Option<LeaseId>, pending_grant: Option<OpId>) {
-        let deadline = now + self.config.request_timeout;
-        self.late.abandon_all(&mut self.out);
-        let orphans = self.orphans.take_leases(&mut self.out);
-        let closing = Closing::begin(&mut self.out, deadline, lease, orphans, pending_grant);
-        self.after_closing_progress(closing);
-    }
-
-    fn after_closing_progress(&mut self, closing: Closing) {
-        if closing.done() {
-            self.finish_close(closing.all_revoked());
-        } else {
-            self.state = State::Closing(closing);
-        }
-    }
-
-    fn finish_close(&mut self, revoke: RevokeOutcome) {
-        self.state = State::Closed(revoke.clone());
-        self.out.event(Event::Closed { revoke });
     }
 }
 

@@ -88,33 +88,33 @@ pub enum OnLoss {
     Replace,
 }
 
-/// Configuration of a [`LeaseEngine`].
+/// The settings of a lease: how long it lives, how it is kept alive, how
+/// its heals are paced. Liveness and sessions each hold one; what the lease
+/// is for (the key it registers, what a loss does) is given to the
+/// [`LeaseEngine`] beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub struct LeaseConfig {
     /// Lease TTL asked for; granted TTLs may be longer (etcd's minimum).
-    /// Whole seconds are asked for, rounding up.
+    /// Whole seconds are asked for, rounding up. Default 10 s.
     pub ttl: Duration,
-    /// Keep-alive interval. Must be below `ttl`.
+    /// Keep-alive interval. Must be below `ttl`. Default TTL/3.
     pub refresh: Duration,
-    /// Deadline of every request; past it the outcome is unknown.
+    /// Deadline of every request; past it the outcome is unknown. Default
+    /// 5 s.
     pub request_timeout: Duration,
     /// Pacing of heal attempts.
     pub backoff: BackoffConfig,
     /// Seed of the jitter PRNG.
     pub seed: u64,
-    /// What a failed first registration does.
+    /// What a failed first grant (or registration) does. Default: fail
+    /// fast.
     pub start: StartPolicy,
-    /// The key registered with the lease, if any.
-    pub attach: Option<Attach>,
-    /// What a loss does.
-    pub on_loss: OnLoss,
 }
 
 impl LeaseConfig {
     /// A config with coord's defaults: TTL 10 s, refresh TTL/3, request
-    /// timeout 5 s, default backoff, fail-fast start, nothing attached,
-    /// replaced on loss.
+    /// timeout 5 s, default backoff, fail-fast start.
     pub fn new(seed: u64) -> Self {
         LeaseConfig {
             ttl: Duration::from_secs(10),
@@ -123,8 +123,6 @@ impl LeaseConfig {
             backoff: BackoffConfig::default(),
             seed,
             start: StartPolicy::FailFast,
-            attach: None,
-            on_loss: OnLoss::Replace,
         }
     }
 
@@ -140,9 +138,6 @@ impl LeaseConfig {
             });
         }
         validate_request_timeout(self.request_timeout)?;
-        if self.attach.as_ref().is_some_and(|a| a.key.0.is_empty()) {
-            return Err(ConfigError::EmptyKey);
-        }
         self.backoff.validate()?;
         Ok(())
     }
@@ -215,7 +210,7 @@ pub enum ConfigError {
     },
 }
 
-pub use crate::machine::{Input, UsageError};
+pub use crate::machine::{Input, StartError};
 
 /// Why a held lease was declared lost.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

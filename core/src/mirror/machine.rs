@@ -6,7 +6,7 @@
 
 use super::{Change, Mirror, MirrorStatus};
 use crate::io::Command;
-use crate::machine::{Input, UsageError};
+use crate::machine::{Input, StartError};
 use crate::outbox::{Outbox, Output};
 use crate::time::Instant;
 
@@ -89,7 +89,7 @@ impl<R: MirrorReader> MirrorMachine<R> {
     }
 
     /// Feeds one input. `Err` only for API misuse (a second `Start`).
-    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), UsageError> {
+    pub fn handle(&mut self, now: Instant, input: Input) -> Result<(), StartError> {
         self.mirror.handle(now, input, &mut self.out.ids)?;
         self.read();
         Ok(())
@@ -111,4 +111,4 @@ impl<R: MirrorReader> MirrorMachine<R> {
     }
 }
 
-crate::machine::impl_machine!([R: MirrorReader] MirrorMachine<R>, Input, R::Event);
+crate::machine::impl_machine!([R: MirrorReader] MirrorMachine<R>, Input, R::Event, StartError);

@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use coord_core::liveness::{
-    Event, FleetConfig, Input, Liveness, LivenessConfig, OnLoss, RevokeOutcome, StartPolicy,
+    Event, FleetConfig, Input, Liveness, LivenessConfig, OnLoss, RevokeOutcome,
 };
 use coord_core::{BackoffConfig, Instant, Key, LeaseId};
 use serde::Serialize;
@@ -37,7 +37,7 @@ use crate::etcd::EtcdApi;
 use crate::metadata::{validate_host_id, HostMetadata, MAX_METADATA_LEN};
 use crate::runtime::clock::Clock;
 use crate::runtime::runner::{run, Adapter};
-use crate::runtime::status::{first_lease, LeaseReporter, LeaseStatus};
+use crate::runtime::status::{first_lease, lease_config, LeaseReporter, LeaseStatus};
 
 /// go-coord's default key prefix for hosts.
 pub const DEFAULT_PREFIX: &str = "/coord/hosts/";
@@ -393,16 +393,14 @@ impl LivenessOptions {
         LivenessConfig {
             key,
             value,
-            ttl: self.ttl,
-            refresh: self.refresh.unwrap_or(self.ttl / 3),
-            request_timeout: self.request_timeout,
-            backoff: self.backoff.clone(),
-            seed,
-            start: if self.retry_first_registration {
-                StartPolicy::Retry
-            } else {
-                StartPolicy::FailFast
-            },
+            lease: lease_config(
+                self.ttl,
+                self.refresh,
+                self.request_timeout,
+                &self.backoff,
+                seed,
+                self.retry_first_registration,
+            ),
             on_loss: self.on_loss,
             fleet,
         }
@@ -413,6 +411,7 @@ impl LivenessOptions {
 mod tests {
     use super::*;
     use coord_core::lease::ConfigError;
+    use coord_core::StartPolicy;
     use std::collections::BTreeSet;
 
     #[test]
@@ -479,12 +478,12 @@ mod tests {
         let config = opts.config(Key(b"/p/h".to_vec()), b"{}".to_vec(), 5, 1_234);
         assert_eq!(config.key, Key(b"/p/h".to_vec()));
         assert_eq!(config.value, b"{}".to_vec());
-        assert_eq!(config.ttl, Duration::from_secs(6));
-        assert_eq!(config.refresh, Duration::from_secs(2));
-        assert_eq!(config.request_timeout, Duration::from_secs(2));
-        assert_eq!(config.backoff, BackoffConfig::plain());
-        assert_eq!(config.seed, 5);
-        assert_eq!(config.start, StartPolicy::Retry);
+        assert_eq!(config.lease.ttl, Duration::from_secs(6));
+        assert_eq!(config.lease.refresh, Duration::from_secs(2));
+        assert_eq!(config.lease.request_timeout, Duration::from_secs(2));
+        assert_eq!(config.lease.backoff, BackoffConfig::plain());
+        assert_eq!(config.lease.seed, 5);
+        assert_eq!(config.lease.start, StartPolicy::Retry);
         assert_eq!(config.on_loss, OnLoss::Replace);
         let fleet = config.fleet.expect("a fleet spacing makes a census");
         assert_eq!(fleet.prefix, Key(b"/p/".to_vec()));
@@ -499,8 +498,8 @@ mod tests {
         }
         .config(Key(b"k".to_vec()), Vec::new(), 0, 0);
         assert_eq!(config.fleet, None);
-        assert_eq!(config.refresh, Duration::from_secs(1));
-        assert_eq!(config.start, StartPolicy::FailFast);
+        assert_eq!(config.lease.refresh, Duration::from_secs(1));
+        assert_eq!(config.lease.start, StartPolicy::FailFast);
         assert_eq!(config.on_loss, OnLoss::Resume);
     }
 }

@@ -1,15 +1,43 @@
 //! What every lease-holding handle (a host's liveness, a session)
-//! publishes about its lease, and how its constructor learns that the first
-//! registration succeeded or failed.
+//! publishes about its lease, how its constructor learns that the first
+//! registration succeeded or failed, and the lease settings its options
+//! ask for.
 
-use coord_core::lease::{Event, LeaseState, RevokeOutcome};
+use std::time::Duration;
+
+use coord_core::lease::{Event, LeaseConfig, LeaseState, RevokeOutcome};
 use coord_core::mirror::MirrorStatus;
-use coord_core::{AttemptFailure, LeaseId, Revision};
+use coord_core::{AttemptFailure, BackoffConfig, LeaseId, Revision, StartPolicy};
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::runtime::clock::Clock;
+
+/// The lease settings of a handle's options: `refresh` by default a third
+/// of `ttl`, and a failed first grant retried in the background when
+/// `retry_first`, or failed fast.
+pub(crate) fn lease_config(
+    ttl: Duration,
+    refresh: Option<Duration>,
+    request_timeout: Duration,
+    backoff: &BackoffConfig,
+    seed: u64,
+    retry_first: bool,
+) -> LeaseConfig {
+    LeaseConfig {
+        ttl,
+        refresh: refresh.unwrap_or(ttl / 3),
+        request_timeout,
+        backoff: backoff.clone(),
+        seed,
+        start: if retry_first {
+            StartPolicy::Retry
+        } else {
+            StartPolicy::FailFast
+        },
+    }
+}
 
 /// The state of a handle's lease, as its `state()` receiver reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use coord_core::election::ElectionId;
 use coord_core::session::{Session as SessionMachine, SessionConfig};
-use coord_core::{BackoffConfig, Instant, LeaseId, StartPolicy};
+use coord_core::{BackoffConfig, Instant, LeaseId};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
@@ -46,7 +46,7 @@ use crate::error::Error;
 use crate::etcd::EtcdApi;
 use crate::runtime::clock::Clock;
 use crate::runtime::runner::run;
-use crate::runtime::status::{first_lease, LeaseReporter, LeaseStatus};
+use crate::runtime::status::{first_lease, lease_config, LeaseReporter, LeaseStatus};
 use client::Erased;
 use task::SessionAdapter;
 
@@ -316,17 +316,15 @@ impl SessionOptions {
     /// The core machine's configuration these options ask for.
     fn config(&self, seed: u64) -> SessionConfig {
         SessionConfig {
-            ttl: self.ttl,
-            refresh: self.refresh.unwrap_or(self.ttl / 3),
-            request_timeout: self.request_timeout,
+            lease: lease_config(
+                self.ttl,
+                self.refresh,
+                self.request_timeout,
+                &self.backoff,
+                seed,
+                self.retry_first_grant,
+            ),
             probe_interval: self.probe_interval,
-            backoff: self.backoff.clone(),
-            seed,
-            start: if self.retry_first_grant {
-                StartPolicy::Retry
-            } else {
-                StartPolicy::FailFast
-            },
         }
     }
 }
@@ -335,6 +333,7 @@ impl SessionOptions {
 mod tests {
     use super::*;
     use coord_core::lease::ConfigError;
+    use coord_core::StartPolicy;
 
     #[test]
     fn options_are_checked_as_new_checks_them() {
@@ -393,20 +392,20 @@ mod tests {
             retry_first_grant: true,
         };
         let config = opts.config(42);
-        assert_eq!(config.ttl, Duration::from_secs(7));
-        assert_eq!(config.refresh, Duration::from_secs(7) / 3);
-        assert_eq!(config.request_timeout, Duration::from_secs(2));
+        assert_eq!(config.lease.ttl, Duration::from_secs(7));
+        assert_eq!(config.lease.refresh, Duration::from_secs(7) / 3);
+        assert_eq!(config.lease.request_timeout, Duration::from_secs(2));
         assert_eq!(config.probe_interval, Duration::from_secs(3));
-        assert_eq!(config.backoff, BackoffConfig::plain());
-        assert_eq!(config.seed, 42);
-        assert_eq!(config.start, StartPolicy::Retry);
+        assert_eq!(config.lease.backoff, BackoffConfig::plain());
+        assert_eq!(config.lease.seed, 42);
+        assert_eq!(config.lease.start, StartPolicy::Retry);
         let refresh = SessionOptions {
             refresh: Some(Duration::from_secs(1)),
             retry_first_grant: false,
             ..opts
         };
         let config = refresh.config(1);
-        assert_eq!(config.refresh, Duration::from_secs(1));
-        assert_eq!(config.start, StartPolicy::FailFast);
+        assert_eq!(config.lease.refresh, Duration::from_secs(1));
+        assert_eq!(config.lease.start, StartPolicy::FailFast);
     }
 }

@@ -139,22 +139,22 @@ fn misuse_and_bad_configs_are_typed_errors() {
     m.handle(t(0), Input::Start).unwrap();
     assert_eq!(
         m.handle(t(0), Input::Start),
-        Err(UsageError::AlreadyStarted)
+        Err(StartError::AlreadyStarted)
     );
     let mut c = config(StartPolicy::FailFast);
-    c.ttl = Duration::from_millis(500);
+    c.lease.ttl = Duration::from_millis(500);
     assert!(matches!(
         Liveness::new(c).err(),
         Some(ConfigError::TtlOutOfRange(_))
     ));
     let mut c = config(StartPolicy::FailFast);
-    c.ttl = Duration::from_secs(86_401);
+    c.lease.ttl = Duration::from_secs(86_401);
     assert!(matches!(
         Liveness::new(c).err(),
         Some(ConfigError::TtlOutOfRange(_))
     ));
     let mut c = config(StartPolicy::FailFast);
-    c.refresh = c.ttl;
+    c.lease.refresh = c.lease.ttl;
     assert!(matches!(
         Liveness::new(c).err(),
         Some(ConfigError::RefreshOutOfRange { .. })
@@ -185,42 +185,42 @@ fn every_limit_is_allowed_and_a_step_beyond_refused() {
     // TTL: 1 s to one day.
     check(
         &|c| {
-            c.ttl = ms(1_000);
-            c.refresh = ms(300);
+            c.lease.ttl = ms(1_000);
+            c.lease.refresh = ms(300);
         },
         None,
     );
     check(
         &|c| {
-            c.ttl = ms(999);
-            c.refresh = ms(10);
+            c.lease.ttl = ms(999);
+            c.lease.refresh = ms(10);
         },
         Some(ConfigError::TtlOutOfRange(ms(999))),
     );
-    check(&|c| c.ttl = ms(86_400_000), None);
+    check(&|c| c.lease.ttl = ms(86_400_000), None);
     check(
-        &|c| c.ttl = ms(86_400_001),
+        &|c| c.lease.ttl = ms(86_400_001),
         Some(ConfigError::TtlOutOfRange(ms(86_400_001))),
     );
     // Refresh: 10 ms to just below the TTL.
-    check(&|c| c.refresh = ms(10), None);
+    check(&|c| c.lease.refresh = ms(10), None);
     let refresh = |refresh| ConfigError::RefreshOutOfRange {
         refresh,
-        ttl: config(StartPolicy::FailFast).ttl,
+        ttl: config(StartPolicy::FailFast).lease.ttl,
     };
-    check(&|c| c.refresh = ms(9), Some(refresh(ms(9))));
-    check(&|c| c.refresh = c.ttl - ms(1), None);
-    let ttl = config(StartPolicy::FailFast).ttl;
-    check(&|c| c.refresh = c.ttl, Some(refresh(ttl)));
+    check(&|c| c.lease.refresh = ms(9), Some(refresh(ms(9))));
+    check(&|c| c.lease.refresh = c.lease.ttl - ms(1), None);
+    let ttl = config(StartPolicy::FailFast).lease.ttl;
+    check(&|c| c.lease.refresh = c.lease.ttl, Some(refresh(ttl)));
     // Request timeout: 10 ms to 5 minutes.
-    check(&|c| c.request_timeout = ms(10), None);
+    check(&|c| c.lease.request_timeout = ms(10), None);
     check(
-        &|c| c.request_timeout = ms(9),
+        &|c| c.lease.request_timeout = ms(9),
         Some(ConfigError::RequestTimeoutOutOfRange(ms(9))),
     );
-    check(&|c| c.request_timeout = ms(300_000), None);
+    check(&|c| c.lease.request_timeout = ms(300_000), None);
     check(
-        &|c| c.request_timeout = ms(300_001),
+        &|c| c.lease.request_timeout = ms(300_001),
         Some(ConfigError::RequestTimeoutOutOfRange(ms(300_001))),
     );
 }
@@ -228,8 +228,8 @@ fn every_limit_is_allowed_and_a_step_beyond_refused() {
 #[test]
 fn ttl_is_asked_in_whole_seconds_rounding_up() {
     let mut c = config(StartPolicy::FailFast);
-    c.ttl = Duration::from_millis(2500);
-    c.refresh = Duration::from_millis(800);
+    c.lease.ttl = Duration::from_millis(2500);
+    c.lease.refresh = Duration::from_millis(800);
     let mut m = Liveness::new(c).unwrap();
     m.handle(t(0), Input::Start).unwrap();
     assert_eq!(

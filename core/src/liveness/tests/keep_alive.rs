@@ -6,7 +6,7 @@ use super::*;
 #[test]
 fn keep_alive_every_refresh_and_deadline_from_send_time() {
     let mut c = config(StartPolicy::FailFast);
-    c.request_timeout = Duration::from_secs(20);
+    c.lease.request_timeout = Duration::from_secs(20);
     let mut m = registered_with(c);
     // Stream opened at t=2: next send at 2 + 3000.
     assert_eq!(m.poll_timeout(), Some(t(3002)));

@@ -68,10 +68,10 @@ fn t(ms: u64) -> Instant {
 
 fn config(start: StartPolicy) -> LivenessConfig {
     let mut c = LivenessConfig::new(Key(b"/coord/hosts/h1".to_vec()), b"{}".to_vec(), 9);
-    c.ttl = Duration::from_secs(9);
-    c.refresh = Duration::from_secs(3);
-    c.request_timeout = Duration::from_secs(2);
-    c.start = start;
+    c.lease.ttl = Duration::from_secs(9);
+    c.lease.refresh = Duration::from_secs(3);
+    c.lease.request_timeout = Duration::from_secs(2);
+    c.lease.start = start;
     c
 }
 
@@ -304,7 +304,7 @@ fn partial_registration_revokes_its_lease_fail_fast() {
     );
     assert!(m.is_closed());
     assert_eq!(m.poll_timeout(), None);
-    assert_eq!(m.handle(t(4), Input::Start), Err(UsageError::Closed));
+    assert_eq!(m.handle(t(4), Input::Start), Err(StartError::Closed));
 }
 
 #[test]

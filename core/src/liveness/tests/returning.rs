@@ -2,6 +2,7 @@
 //! a loss near the lease's deadline heals.
 
 use super::*;
+use crate::backoff::BackoffConfig;
 
 #[test]
 fn etcd_returning_breaks_a_stream_whose_keep_alive_went_out_in_the_silence() {
@@ -266,7 +267,7 @@ fn a_deadline_passed_just_before_a_pause_ended_heals_from_the_first_attempt() {
 #[test]
 fn the_plain_baseline_replaces_a_lost_lease_and_serves_every_wait_in_full() {
     let mut c = config(StartPolicy::FailFast);
-    c.backoff = BackoffConfig::plain();
+    c.lease.backoff = BackoffConfig::plain();
     c.on_loss = OnLoss::Replace;
     let mut m = registered_with(c);
     closed(&mut m, 500, 3, Failure::Unavailable("no leader".into()));
@@ -377,7 +378,7 @@ fn etcd_found_back_cuts_a_wait_to_reopen_the_stream_or_to_heal() {
     // Slow failures wait 10-20 s (a 20 s ceiling, equal jitter); etcd's
     // return cuts a wait to at most half the 1 s fast cap.
     let mut c = config(StartPolicy::FailFast);
-    c.backoff = crate::backoff::BackoffConfig {
+    c.lease.backoff = crate::backoff::BackoffConfig {
         initial: Duration::from_secs(20),
         cap: Duration::from_secs(20),
         ..crate::backoff::BackoffConfig::default()

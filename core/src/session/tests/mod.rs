@@ -77,9 +77,9 @@ fn io(s: &mut Session, now: u64, c: Completion) {
 
 fn config() -> SessionConfig {
     let mut c = SessionConfig::new(3);
-    c.ttl = Duration::from_secs(9);
-    c.refresh = Duration::from_secs(3);
-    c.request_timeout = Duration::from_secs(2);
+    c.lease.ttl = Duration::from_secs(9);
+    c.lease.refresh = Duration::from_secs(3);
+    c.lease.request_timeout = Duration::from_secs(2);
     c
 }
 
@@ -387,7 +387,7 @@ fn one_campaign_per_name_and_ids_are_never_reused() {
             mode: Mode::Wait,
         },
     );
-    assert_eq!(again, Err(UsageError::AlreadyCampaigning(name())));
+    assert_eq!(again, Err(CampaignError::AlreadyCampaigning(name()).into()));
     let reused = s.handle(
         t(11),
         Input::Campaign {
@@ -397,10 +397,10 @@ fn one_campaign_per_name_and_ids_are_never_reused() {
             mode: Mode::Wait,
         },
     );
-    assert_eq!(reused, Err(UsageError::ElectionIdTaken(1)));
+    assert_eq!(reused, Err(CampaignError::IdTaken(1).into()));
     assert_eq!(
         s.handle(t(11), Input::Leave { id: ElectionId(9) }),
-        Err(UsageError::UnknownElection)
+        Err(SessionError::UnknownElection)
     );
 }
 
@@ -445,7 +445,7 @@ fn close_ends_every_campaign_then_revokes_the_lease() {
                 mode: Mode::Wait
             }
         ),
-        Err(UsageError::Closed)
+        Err(CampaignError::Closed.into())
     );
 }
 
@@ -577,8 +577,8 @@ fn a_sessions_limits_are_allowed_and_a_step_beyond_refused() {
     }
     // The lease's own limits hold too.
     let mut c = config();
-    c.ttl = ms(999);
-    c.refresh = ms(10);
+    c.lease.ttl = ms(999);
+    c.lease.refresh = ms(10);
     assert_eq!(
         c.validate().err(),
         Some(ConfigError::TtlOutOfRange(ms(999)))

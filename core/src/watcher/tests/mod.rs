@@ -2,7 +2,7 @@ use super::*;
 use crate::ids::{LeaseId, OpId};
 use crate::io::{Completion, Get, Listing, MessageKind, RangeRequest};
 use crate::kv::WatchEvent;
-use crate::machine::UsageError;
+use crate::machine::StartError;
 use crate::outcome::{Failure, Outcome};
 use crate::time::Instant;
 
@@ -487,7 +487,7 @@ fn initial_range_failure_fails_fast_or_retries() {
         ]
     );
     assert!(m.is_closed());
-    assert_eq!(m.handle(t(2), Input::Start), Err(UsageError::Closed));
+    assert_eq!(m.handle(t(2), Input::Start), Err(StartError::Closed));
 
     let mut m = Watcher::new(config(StartPolicy::Retry)).unwrap();
     assert!(m.mirror().is_idle());

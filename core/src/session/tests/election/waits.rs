@@ -10,7 +10,7 @@ fn a_campaign_watches_its_queue_on_the_sessions_timeouts_and_backoff() {
     // 700 ms after the failure).
     let mut c = config();
     c.probe_interval = Duration::from_secs(1);
-    c.backoff = crate::backoff::BackoffConfig {
+    c.lease.backoff = crate::backoff::BackoffConfig {
         initial: Duration::from_millis(700),
         ..crate::backoff::BackoffConfig::plain()
     };
@@ -55,7 +55,7 @@ fn a_campaign_watches_its_queue_on_the_sessions_timeouts_and_backoff() {
 /// return (half the 1 s fast cap at most).
 fn slow_backoff() -> SessionConfig {
     let mut c = config();
-    c.backoff = crate::backoff::BackoffConfig {
+    c.lease.backoff = crate::backoff::BackoffConfig {
         initial: Duration::from_secs(20),
         cap: Duration::from_secs(20),
         ..crate::backoff::BackoffConfig::default()
