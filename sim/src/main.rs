@@ -207,7 +207,14 @@ mod campaign {
         if args.compare {
             print!("{}", compare::table(&ours, &theirs));
         }
-        println!("wall time {:.1}s", wall.elapsed().as_secs_f64());
+        // The wall time's line is the one line that differs between two
+        // runs of the same seeds (`scripts/sim-diff` leaves it out).
+        let secs = wall.elapsed().as_secs_f64().max(1e-3);
+        println!(
+            "wall time {secs:.1}s: {:.1} seeds/s, simulated time {:.0}x wall time",
+            summary.seeds as f64 / secs,
+            summary.virtual_ms as f64 / 1000.0 / secs
+        );
         i32::from(!summary.failures.is_empty())
     }
 }
