@@ -563,6 +563,17 @@ impl Recorder {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+
+    /// The history recorded, leaving the recorder empty: the end of a run,
+    /// without a copy.
+    pub fn take(&self) -> History {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 /// One lease's life in etcd.

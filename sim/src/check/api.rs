@@ -31,7 +31,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::contenders::{disturbances, events_of, prompt, undisturbed};
+use crate::check::contenders::{disturbances, prompt, undisturbed, ContenderEvents};
 use crate::check::{lease_log, Invariant, Verdict};
 use crate::history::{Aftermath, ContenderEvent, Entry, History, LogEntry};
 
@@ -102,18 +102,34 @@ fn deleted_at(log: &[LogEntry], key: &str, token: i64) -> Option<u64> {
         .map(|e| e.at_ms)
 }
 
-/// Whether `key` was removed from outside (deleted, or its lease revoked)
-/// within `[from, to]`.
-fn removed_outside(history: &History, key: &str, from: u64, to: u64) -> bool {
-    history.records.iter().any(|r| {
-        r.at_ms >= from
-            && r.at_ms <= to
-            && matches!(&r.what, Entry::KeyRemovedOutside { key: k, .. } if k == key)
-    })
+/// Every key removed from outside (deleted, or its lease revoked): when,
+/// and which.
+fn removals(history: &History) -> Vec<(u64, &str)> {
+    history
+        .records
+        .iter()
+        .filter_map(|r| match &r.what {
+            Entry::KeyRemovedOutside { key, .. } => Some((r.at_ms, key.as_str())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether `key` was removed from outside within `[from, to]`.
+fn removed_outside(removals: &[(u64, &str)], key: &str, from: u64, to: u64) -> bool {
+    removals
+        .iter()
+        .any(|(at, k)| *at >= from && *at <= to && *k == key)
 }
 
 /// Checks every public-call invariant of the history and adds to `v`.
-pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Verdict) {
+pub(super) fn check(
+    history: &History,
+    events: &ContenderEvents,
+    log: &[LogEntry],
+    contenders: usize,
+    v: &mut Verdict,
+) {
     let disturbed: Vec<Vec<(u64, u64)>> =
         (0..contenders).map(|c| disturbances(history, c)).collect();
     let queues = queues(log);
@@ -124,6 +140,8 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
         .iter()
         .find(|r| matches!(r.what, Entry::StopAll))
         .map(|r| r.at_ms);
+    let removals = removals(history);
+    let leases = lease_log(history);
     let none = Vec::new();
     for r in &history.records {
         let Entry::Contender {
@@ -166,17 +184,18 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
             }
             ContenderEvent::Lost { reason, after } => {
                 v.checks += 1;
-                lost_truth(history, log, c, name, at, reason, after, stop_at, v);
+                lost_truth(events, log, c, name, at, reason, after, stop_at, v);
             }
             ContenderEvent::Resigned { ok, after } => {
                 v.checks += 1;
-                let began = events_of(history, c, name)
+                let began = events
+                    .of(c, name)
                     .filter(|(t, e)| *t <= at && matches!(e, ContenderEvent::Resigning))
                     .last()
                     .map_or(at, |(t, _)| t);
-                let held = held_before(history, c, name, at);
+                let held = held_before(events, c, name, at);
                 resign_truth(
-                    history,
+                    &removals,
                     log,
                     c,
                     name,
@@ -190,7 +209,7 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
             }
             ContenderEvent::Dropped { token, key } => {
                 let due = at + prompt();
-                if !calm(at, due) || removed_outside(history, key, at, due) {
+                if !calm(at, due) || removed_outside(&removals, key, at, due) {
                     continue;
                 }
                 v.checks += 1;
@@ -250,7 +269,8 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
                 }
             }
             ContenderEvent::TryLost => {
-                let Some((began, _)) = events_of(history, c, name)
+                let Some((began, _)) = events
+                    .of(c, name)
                     .filter(|(t, e)| *t <= at && matches!(e, ContenderEvent::Started { .. }))
                     .last()
                 else {
@@ -279,7 +299,7 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
                     continue;
                 }
                 v.checks += 1;
-                let ended = lease_log(history)
+                let ended = leases
                     .and_then(|l| l.get(lease))
                     .and_then(|l| l.ended_at)
                     .is_some_and(|e| e <= at);
@@ -300,8 +320,9 @@ pub fn check(history: &History, log: &[LogEntry], contenders: usize, v: &mut Ver
 
 /// The (key, token) of the leadership of `name` that contender `c` last
 /// reported elected before `at`.
-fn held_before(history: &History, c: usize, name: &str, at: u64) -> Option<(String, i64)> {
-    events_of(history, c, name)
+fn held_before(events: &ContenderEvents, c: usize, name: &str, at: u64) -> Option<(String, i64)> {
+    events
+        .of(c, name)
         .filter(|(t, _)| *t <= at)
         .filter_map(|(_, e)| match e {
             ContenderEvent::Elected { key, token, .. } => Some((key.clone(), *token)),
@@ -312,7 +333,7 @@ fn held_before(history: &History, c: usize, name: &str, at: u64) -> Option<(Stri
 
 #[allow(clippy::too_many_arguments)]
 fn lost_truth(
-    history: &History,
+    events: &ContenderEvents,
     log: &[LogEntry],
     c: usize,
     name: &str,
@@ -342,7 +363,7 @@ fn lost_truth(
         wrong.push("lost() said the session was closed, before anything closed it".into());
     }
     if reason == KEY_DELETED {
-        if let Some((key, token)) = held_before(history, c, name, at) {
+        if let Some((key, token)) = held_before(events, c, name, at) {
             if deleted_at(log, &key, token).is_none_or(|t| t > at) {
                 wrong.push(format!(
                     "lost() said its key was deleted, while {key} (token {token}) was in etcd"
@@ -362,7 +383,7 @@ fn lost_truth(
 
 #[allow(clippy::too_many_arguments)]
 fn resign_truth(
-    history: &History,
+    removals: &[(u64, &str)],
     log: &[LogEntry],
     c: usize,
     name: &str,
@@ -382,7 +403,7 @@ fn resign_truth(
     let clean = ok
         && calm(began, at)
         && held.as_ref().is_some_and(|(key, _)| {
-            !removed_outside(history, key, began.saturating_sub(prompt()), at)
+            !removed_outside(removals, key, began.saturating_sub(prompt()), at)
         });
     if clean {
         if let Some((key, token)) = &held {

@@ -5,13 +5,15 @@
 
 use std::collections::BTreeMap;
 
-use super::contenders::{events_of, owner, prompt, undisturbed};
+use super::contenders::{owner, prompt, undisturbed, ContenderEvents};
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::{Case, Direction, Fault, Target};
 use crate::history::{ContenderEvent, ContenderSample, Entry, History, LogEntry};
 
 pub(super) fn no_zombie(
     history: &History,
+    events: &ContenderEvents,
+    log: &[LogEntry],
     owners: &BTreeMap<i64, u64>,
     disturbed: &[Vec<(u64, u64)>],
     v: &mut Verdict,
@@ -32,15 +34,13 @@ pub(super) fn no_zombie(
         };
         // The incarnation deleted: a campaign still joining may create the
         // key again (a new create revision), and lead with that one.
-        let deleted = history.records.iter().find_map(|x| match &x.what {
-            Entry::ElectionLog(log) => log
-                .iter()
-                .find(|e| !e.present && e.key == key && e.at_ms == r.at_ms)
-                .map(|e| e.create_revision),
-            _ => None,
-        });
+        let deleted = log
+            .iter()
+            .find(|e| !e.present && e.key == key && e.at_ms == r.at_ms)
+            .map(|e| e.create_revision);
         v.checks += 1;
-        let next = events_of(history, c, name)
+        let next = events
+            .of(c, name)
             .filter(|(t, _)| *t >= r.at_ms)
             .find(|(_, e)| !matches!(e, ContenderEvent::Started { .. }));
         match next {
@@ -77,6 +77,7 @@ pub(super) fn no_zombie(
 
 pub(super) fn withdrawn_leave_no_key(
     history: &History,
+    events: &ContenderEvents,
     log: &[LogEntry],
     disturbed: &[Vec<(u64, u64)>],
     v: &mut Verdict,
@@ -97,7 +98,8 @@ pub(super) fn withdrawn_leave_no_key(
         }
         let key = format!("{name}/{lease:x}");
         // The next campaign of the same process may write the key again.
-        let next_start = events_of(history, *c, name)
+        let next_start = events
+            .of(*c, name)
             .find(|(t, e)| *t > r.at_ms && matches!(e, ContenderEvent::Started { .. }))
             .map_or(u64::MAX, |(t, _)| t);
         let live_at_due = log.iter().rfind(|e| e.key == key && e.at_ms <= due);
@@ -501,6 +503,19 @@ pub(super) fn latencies(
         }
     }
     // Handover: a resign to the next leader of the name, if one waited.
+    let elected: Vec<(u64, usize, &str)> = history
+        .records
+        .iter()
+        .filter_map(|x| match &x.what {
+            Entry::Contender {
+                contender,
+                name,
+                event: ContenderEvent::Elected { .. },
+                ..
+            } => Some((x.at_ms, *contender, name.as_str())),
+            _ => None,
+        })
+        .collect();
     for r in &history.records {
         let Entry::Contender {
             contender,
@@ -511,13 +526,12 @@ pub(super) fn latencies(
         else {
             continue;
         };
-        let next = history.records.iter().find(|x| {
-            x.at_ms >= r.at_ms
-                && matches!(&x.what, Entry::Contender { contender: c2, name: n2, event: ContenderEvent::Elected { .. }, .. } if c2 != contender && n2 == name)
-        });
-        if let Some(x) = next {
-            if x.at_ms <= r.at_ms + 2000 {
-                v.handover_ms.push(x.at_ms - r.at_ms);
+        let next = elected
+            .iter()
+            .find(|(at, c2, n2)| *at >= r.at_ms && c2 != contender && n2 == name);
+        if let Some((at, _, _)) = next {
+            if *at <= r.at_ms + 2000 {
+                v.handover_ms.push(at - r.at_ms);
             }
         }
     }

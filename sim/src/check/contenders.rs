@@ -91,19 +91,48 @@ pub(super) fn undisturbed(d: &[(u64, u64)], from: u64, to: u64) -> bool {
 /// put), one read, and the sampling.
 pub const SUCCESSION_MS: u64 = crate::check::bounds::REGISTRATION_MS;
 
-/// Each contender's events for one name, in order.
-pub(super) fn events_of<'a>(
-    history: &'a History,
-    c: usize,
-    name: &'a str,
-) -> impl Iterator<Item = (u64, &'a ContenderEvent)> + 'a {
-    history.records.iter().filter_map(move |r| match &r.what {
-        Entry::Contender {
-            contender,
-            name: n,
-            event,
-            ..
-        } if *contender == c && n == name => Some((r.at_ms, event)),
-        _ => None,
-    })
+/// Every contender's events, by contender and name, each list in the
+/// history's order: gathered in one pass, so that a check of one event can
+/// look at the others of its campaign without reading the whole history.
+pub(super) struct ContenderEvents<'a> {
+    /// By contender, then by name.
+    by: BTreeMap<usize, ByName<'a>>,
+}
+
+/// One contender's events, by name: (when, what).
+type ByName<'a> = BTreeMap<&'a str, Vec<(u64, &'a ContenderEvent)>>;
+
+impl<'a> ContenderEvents<'a> {
+    pub(super) fn new(history: &'a History) -> Self {
+        let mut by: BTreeMap<usize, ByName<'a>> = BTreeMap::new();
+        for r in &history.records {
+            if let Entry::Contender {
+                contender,
+                name,
+                event,
+                ..
+            } = &r.what
+            {
+                by.entry(*contender)
+                    .or_default()
+                    .entry(name.as_str())
+                    .or_default()
+                    .push((r.at_ms, event));
+            }
+        }
+        ContenderEvents { by }
+    }
+
+    /// Contender `c`'s events for `name`, in order.
+    pub(super) fn of(
+        &self,
+        c: usize,
+        name: &str,
+    ) -> impl Iterator<Item = (u64, &'a ContenderEvent)> + '_ {
+        self.by
+            .get(&c)
+            .and_then(|names| names.get(name))
+            .into_iter()
+            .flat_map(|events| events.iter().copied())
+    }
 }

@@ -43,7 +43,8 @@
 //! successors were undisturbed) and handover
 //! latency (resign to the successor elected).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 
 use super::bounds::{election_bound, ms};
 use super::campaigns::{
@@ -51,7 +52,7 @@ use super::campaigns::{
     session_lease_lives, withdrawn_leave_no_key,
 };
 use super::contenders::{
-    disturbances, events_of, owner, prompt, settle, undisturbed, SUCCESSION_MS,
+    disturbances, owner, prompt, settle, undisturbed, ContenderEvents, SUCCESSION_MS,
 };
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::Case;
@@ -94,23 +95,67 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
             _ => None,
         })
         .collect();
+    let events = ContenderEvents::new(history);
     one_leader_and_beliefs(case, &log, &disturbed, &samples, v);
     elected_records(history, &log, v);
     campaigns_fail_only_when_lost(history, v);
-    prompt_succession(case, history, &log, &owners, &disturbed, v);
+    prompt_succession(case, &events, &log, &owners, &disturbed, v);
     fenced(&log, v);
     if let Some(heal) = heal_at {
         leader_after_heal(case, history, heal, stop_at, v);
     }
-    no_zombie(history, &owners, &disturbed, v);
-    withdrawn_leave_no_key(history, &log, &disturbed, v);
+    no_zombie(history, &events, &log, &owners, &disturbed, v);
+    withdrawn_leave_no_key(history, &events, &log, &disturbed, v);
     losing_tries_write_nothing(history, &log, &owners, &disturbed, v);
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &owners, &samples, &disturbed, v);
     latencies(case, history, &log, &owners, &disturbed, &samples, v);
     crate::check::observe::check(case, history, &log, v);
-    crate::check::api::check(history, &log, case.contenders.len(), v);
+    crate::check::api::check(history, &events, &log, case.contenders.len(), v);
+}
+
+/// etcd's log replayed from its start to an instant: the keys live then
+/// (with their create revisions) and every incarnation put by then (key,
+/// create revision, lease). Replays forward from where it was, or from the
+/// start again for an earlier instant.
+struct Replay<'a> {
+    log: &'a [LogEntry],
+    next: usize,
+    /// The latest instant among the entries applied.
+    latest: u64,
+    live: BTreeMap<&'a str, i64>,
+    puts: BTreeSet<(&'a str, i64, i64)>,
+}
+
+impl<'a> Replay<'a> {
+    fn new(log: &'a [LogEntry]) -> Self {
+        Replay {
+            log,
+            next: 0,
+            latest: 0,
+            live: BTreeMap::new(),
+            puts: BTreeSet::new(),
+        }
+    }
+
+    /// Every entry of the log's first run at or before `at`, applied.
+    fn to(&mut self, at: u64) {
+        if self.latest > at {
+            *self = Replay::new(self.log);
+        }
+        while let Some(e) = self.log.get(self.next).filter(|e| e.at_ms <= at) {
+            if e.present {
+                self.live.insert(e.key.as_str(), e.create_revision);
+                self.puts
+                    .insert((e.key.as_str(), e.create_revision, e.lease));
+            } else {
+                self.live.remove(e.key.as_str());
+            }
+            self.latest = self.latest.max(e.at_ms);
+            self.next += 1;
+        }
+    }
 }
 
 /// Every `Elected` against etcd's log: its key is the name's queue prefix
@@ -118,6 +163,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
 /// by then, and its token is that incarnation's create revision; and when
 /// it was reported no older key of the name was in etcd (it led).
 pub(super) fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdict) {
+    let mut replay = Replay::new(log);
     for r in &history.records {
         let Entry::Contender {
             contender,
@@ -136,20 +182,12 @@ pub(super) fn elected_records(history: &History, log: &[LogEntry], v: &mut Verdi
             &coord_core::Key(prefix.clone().into_bytes()),
             coord_core::LeaseId(*lease),
         );
-        let before: Vec<&LogEntry> = log.iter().take_while(|e| e.at_ms <= r.at_ms).collect();
-        let put = before.iter().any(|e| {
-            e.present && e.key == *key && e.create_revision == *token && e.lease == *lease
-        });
-        let mut live: BTreeMap<&str, i64> = BTreeMap::new();
-        for e in before.iter().filter(|e| e.key.starts_with(&prefix)) {
-            if e.present {
-                live.insert(e.key.as_str(), e.create_revision);
-            } else {
-                live.remove(e.key.as_str());
-            }
-        }
-        let older = live
-            .iter()
+        replay.to(r.at_ms);
+        let put = replay.puts.contains(&(key.as_str(), *token, *lease));
+        let older = replay
+            .live
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(&prefix))
             .find(|(k, rev)| **k != key.as_str() && **rev < *token);
         let problem = if expected.as_bytes() != key.as_bytes() {
             Some(format!(
@@ -211,7 +249,7 @@ pub(super) fn campaigns_fail_only_when_lost(history: &History, v: &mut Verdict) 
 /// with their bound, for undisturbed successors.
 pub(super) fn prompt_succession(
     case: &Case,
-    history: &History,
+    events: &ContenderEvents,
     log: &[LogEntry],
     owners: &BTreeMap<i64, u64>,
     disturbed: &[Vec<(u64, u64)>],
@@ -270,7 +308,8 @@ pub(super) fn prompt_succession(
         if gone {
             continue;
         }
-        let events: Vec<(u64, &ContenderEvent)> = events_of(history, c, name)
+        let events: Vec<(u64, &ContenderEvent)> = events
+            .of(c, name)
             .filter(|(t, _)| *t >= put_at && *t <= due)
             .collect();
         let ended = events.iter().any(|(_, ev)| {

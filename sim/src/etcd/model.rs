@@ -625,22 +625,29 @@ impl EtcdModel {
     /// Events of `key` (every key under it, with `prefix`) from revision
     /// `from`, as a watch started there would deliver them.
     pub fn events_of(&self, key: &[u8], prefix: bool, from: i64) -> Result<Vec<Event>, ModelError> {
+        Ok(self.events_from(key, prefix, from)?.cloned().collect())
+    }
+
+    /// The events [`events_of`](Self::events_of) returns, in order, read
+    /// in place.
+    pub fn events_from<'a>(
+        &'a self,
+        key: &'a [u8],
+        prefix: bool,
+        from: i64,
+    ) -> Result<impl Iterator<Item = &'a Event> + 'a, ModelError> {
         if from != 0 && from <= self.compacted {
             return Err(ModelError::Compacted(self.compacted));
         }
         // History is in revision order: start at `from` at once.
         let start = self.history.partition_point(|e| e.revision() < from);
-        Ok(self.history[start..]
-            .iter()
-            .filter(|e| {
-                if prefix {
-                    e.key().starts_with(key)
-                } else {
-                    e.key() == key
-                }
-            })
-            .cloned()
-            .collect())
+        Ok(self.history[start..].iter().filter(move |e| {
+            if prefix {
+                e.key().starts_with(key)
+            } else {
+                e.key() == key
+            }
+        }))
     }
 
     /// Compacts history up to `rev` (at most the current revision).

@@ -303,19 +303,26 @@ fn catch_up(
     cluster: u64,
     w: &mut WatchEntry,
 ) -> Result<Option<StreamBody>, i64> {
-    match model.events_of(&w.key, w.prefix, w.next) {
-        Err(ModelError::Compacted(rev)) => Err(rev),
-        Err(_) => Ok(None),
-        Ok(events) if events.is_empty() => Ok(None),
-        Ok(events) => {
-            w.next = events.last().map_or(w.next, |e| e.revision() + 1);
-            Ok(Some(StreamBody::WatchEvents {
-                events: events.iter().map(core_event).collect(),
-                revision: model.revision(),
-                cluster,
-            }))
-        }
+    let mut next = w.next;
+    let events: Vec<WatchEvent> = match model.events_from(&w.key, w.prefix, w.next) {
+        Err(ModelError::Compacted(rev)) => return Err(rev),
+        Err(_) => return Ok(None),
+        Ok(events) => events
+            .map(|e| {
+                next = e.revision() + 1;
+                core_event(e)
+            })
+            .collect(),
+    };
+    if events.is_empty() {
+        return Ok(None);
     }
+    w.next = next;
+    Ok(Some(StreamBody::WatchEvents {
+        events,
+        revision: model.revision(),
+        cluster,
+    }))
 }
 
 fn stamp(w: &mut WatchEntry, body: StreamBody) -> StreamMessage {

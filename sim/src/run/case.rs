@@ -184,7 +184,7 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
     world.record(Entry::GrantTimes(grants));
     world.record(Entry::HealRequests(heal_requests));
     world.record(Entry::KeyChanges(changes));
-    let history = world.recorder.snapshot();
+    let history = world.recorder.take();
     // Tear the simulation down: the nodes' tasks and init closures hold the
     // world (and madsim handles) in cycles that dropping the runtime alone
     // does not free.
