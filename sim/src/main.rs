@@ -69,7 +69,8 @@ mod campaign {
     use std::time::{Duration, Instant};
 
     use coord_sim::faults::schedule::{Case, Generator, Shape};
-    use coord_sim::report::{timeline, Summary};
+    use coord_sim::history::History;
+    use coord_sim::report::{timeline, HistoryTally, Summary};
     use coord_sim::run::compare::{self, GoCoordStyle, Side};
     use coord_sim::run::runner::{run_case, run_case_with};
 
@@ -164,7 +165,16 @@ mod campaign {
                     }
                     let case = Case::generate_with(seed, shape, generator);
                     let baseline = compare.then(|| run_case_with(&case, GoCoordStyle));
-                    if tx.send((run_case(&case), baseline)).is_err() {
+                    let mut r = run_case(&case);
+                    // The summary needs only this of the history (the
+                    // side-by-side comparison reads it whole): dropped
+                    // here, beside the other workers, not on the one thread
+                    // that collects.
+                    let tally = HistoryTally::of(&r.history);
+                    if !compare {
+                        r.history = History::default();
+                    }
+                    if tx.send((r, tally, baseline)).is_err() {
                         return;
                     }
                 })
@@ -175,13 +185,13 @@ mod campaign {
         let mut last = Instant::now();
         let (shape, generator) = (args.shape, args.generator);
         let (mut ours, mut theirs) = (Side::default(), Side::default());
-        for (r, baseline) in rx {
+        for (r, tally, baseline) in rx {
             if let Some(b) = baseline {
                 ours.add(&r);
                 theirs.add(&b);
             }
             let seed = r.case.seed;
-            if let Some(violations) = summary.add(r) {
+            if let Some(violations) = summary.add(r, &tally) {
                 // Say it now: a long campaign may be stopped before the end.
                 eprintln!("FAILED seed {seed}: {violations:?}");
                 eprintln!("  replay: {}", replay_command(seed, shape, generator));

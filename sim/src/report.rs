@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use coord::{LivenessEvent, LivenessStatus};
 
-use crate::history::{Entry, SAMPLE_EVERY};
+use crate::history::{Entry, History, SAMPLE_EVERY};
 use crate::run::runner::CaseResult;
 
 /// Totals over a campaign.
@@ -56,19 +56,46 @@ pub struct Summary {
     pub handover_ms: Vec<u64>,
 }
 
-impl Summary {
-    /// Adds one case. Returns the violations of a failed one.
-    pub fn add(&mut self, mut r: CaseResult) -> Option<Vec<crate::check::Violation>> {
-        self.seeds += 1;
-        self.virtual_ms += r.virtual_ms;
-        for rec in &r.history.records {
+/// What a campaign's summary takes from a run's history: its faults by
+/// kind and its stops, confirmed and not. Taken where the case ran, so
+/// that its history can be dropped there.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct HistoryTally {
+    faults: BTreeMap<&'static str, u64>,
+    stops: (u64, u64),
+}
+
+impl HistoryTally {
+    /// The tally of `history`.
+    pub fn of(history: &History) -> Self {
+        let mut tally = HistoryTally::default();
+        for rec in &history.records {
             match &rec.what {
-                Entry::Fault(f) => *self.faults.entry(f.kind()).or_default() += 1,
-                Entry::Stopped { result: Ok(()), .. } => self.stops.0 += 1,
-                Entry::Stopped { result: Err(_), .. } => self.stops.1 += 1,
+                Entry::Fault(f) => *tally.faults.entry(f.kind()).or_default() += 1,
+                Entry::Stopped { result: Ok(()), .. } => tally.stops.0 += 1,
+                Entry::Stopped { result: Err(_), .. } => tally.stops.1 += 1,
                 _ => {}
             }
         }
+        tally
+    }
+}
+
+impl Summary {
+    /// Adds one case, with the tally of its history (the history itself
+    /// may be gone). Returns the violations of a failed one.
+    pub fn add(
+        &mut self,
+        mut r: CaseResult,
+        tally: &HistoryTally,
+    ) -> Option<Vec<crate::check::Violation>> {
+        self.seeds += 1;
+        self.virtual_ms += r.virtual_ms;
+        for (kind, n) in &tally.faults {
+            *self.faults.entry(kind).or_default() += n;
+        }
+        self.stops.0 += tally.stops.0;
+        self.stops.1 += tally.stops.1;
         self.checks += r.verdict.checks;
         self.detection_ms.extend(&r.verdict.detection_ms);
         self.heal_ms.extend(&r.verdict.heal_ms);

@@ -474,7 +474,16 @@ impl Loop {
 /// Every contender's leaderships now, judged from outside the process.
 pub(crate) fn sample(w: &World, st: &EtcdState) -> Vec<ContenderSample> {
     let f = fleet(&w.fleet);
+    // Ascending, as etcd's leases are kept.
     let live = st.model.leases();
+    let is_live = |lease: &i64| live.binary_search(lease).is_ok();
+    // Each client's live leases, ascending.
+    let mut live_of: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for lease in &live {
+        if let Some(life) = st.lease_log.get(lease) {
+            live_of.entry(life.client).or_default().push(*lease);
+        }
+    }
     f.contenders
         .iter()
         .enumerate()
@@ -492,19 +501,14 @@ pub(crate) fn sample(w: &World, st: &EtcdState) -> Vec<ContenderSample> {
                     .collect(),
             };
             let me = client_id(c, slot.incarnation);
-            let leases = st
-                .lease_log
-                .iter()
-                .filter(|(l, life)| life.client == me && live.contains(l))
-                .map(|(l, _)| *l)
-                .collect();
+            let leases = live_of.get(&me).cloned().unwrap_or_default();
             let session_lease = match slot.proc.condition {
                 Condition::Crashed => None,
                 _ => slot
                     .session
                     .as_ref()
                     .and_then(coord::Session::lease_id)
-                    .map(|l| (l.0, live.contains(&l.0))),
+                    .map(|l| (l.0, is_live(&l.0))),
             };
             let leaderships = match slot.proc.condition {
                 Condition::Crashed => Vec::new(),
