@@ -97,6 +97,9 @@ pub struct WatchEntry {
     pub(crate) prefix: bool,
     /// The next revision it has not been sent.
     pub(crate) next: i64,
+    /// Every revision from `next` below this one was looked at and holds
+    /// nothing of the watch's: where the next look begins.
+    pub(crate) looked: i64,
     /// Next message number on its stream.
     pub(crate) seq: u64,
 }
@@ -303,8 +306,13 @@ fn catch_up(
     cluster: u64,
     w: &mut WatchEntry,
 ) -> Result<Option<StreamBody>, i64> {
+    // A watch whose next revision is compacted is cancelled, whether or
+    // not anything of its own was compacted.
+    if w.next <= model.compacted() {
+        return Err(model.compacted());
+    }
     let mut next = w.next;
-    let events: Vec<WatchEvent> = match model.events_from(&w.key, w.prefix, w.next) {
+    let events: Vec<WatchEvent> = match model.events_from(&w.key, w.prefix, w.next.max(w.looked)) {
         Err(ModelError::Compacted(rev)) => return Err(rev),
         Err(_) => return Ok(None),
         Ok(events) => events
@@ -314,6 +322,7 @@ fn catch_up(
             })
             .collect(),
     };
+    w.looked = model.revision() + 1;
     if events.is_empty() {
         return Ok(None);
     }
@@ -603,6 +612,7 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
                 key: key.clone(),
                 prefix: *prefix,
                 next: (*start_revision).max(1),
+                looked: (*start_revision).max(1),
                 seq: 0,
             };
             let created = StreamBody::WatchCreated {
