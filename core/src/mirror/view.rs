@@ -19,7 +19,8 @@ impl Mirror {
     /// watches from its revision + 1. A listing behind the view (or from
     /// another cluster) is a restore if it was read linearizably, and is
     /// read again linearizably if not; so is a serializable listing behind
-    /// the compaction it was read for.
+    /// the compaction it was read for. A check's listing that finds no
+    /// restore is not applied: the watch resumes from the view's revision.
     pub(super) fn apply_listing(
         &mut self,
         now: Instant,
@@ -58,12 +59,17 @@ impl Mirror {
         } else {
             None
         };
-        // A check that found etcd as it was keeps backing off: a member
-        // answering watches from behind must not make the mirror re-list
-        // in a loop.
-        if restore.is_some() || reason != ListReason::Check {
-            self.succeeded();
+        if restore.is_none() && reason == ListReason::Check {
+            // etcd was not restored: a lagging member answered. The watch
+            // resumes where the view stands (after a read-back, as after
+            // any break), so every change since reaches the consumer in
+            // order, none folded into a difference. The check keeps
+            // backing off: a member answering watches from behind must not
+            // make the mirror re-list in a loop.
+            self.resume(now, ids);
+            return;
         }
+        self.succeeded();
         if listing.cluster.is_known() {
             self.cluster = listing.cluster;
         }
@@ -110,8 +116,7 @@ impl Mirror {
                 reason: ResyncReason::HistoryDiverged { seen },
                 revision,
             }),
-            // etcd was not restored: the differences (if any) were changes
-            // like any other.
+            // Never here: a check that finds no restore resumes the watch.
             (None, ListReason::Check) => None,
         };
         if let Some(change) = announce {

@@ -321,31 +321,71 @@ fn another_cluster_answering_is_a_restore_even_with_a_higher_revision() {
 }
 
 #[test]
-fn a_check_that_finds_etcd_as_it_was_reports_only_real_differences_and_backs_off() {
+fn a_check_that_finds_etcd_as_it_was_resumes_the_watch_where_the_view_stands_and_backs_off() {
     // A lagging member answered the watch from behind; the linearizable
-    // listing is ahead: no restore, no `Resynced`.
+    // listing is ahead and already holds a change since (b updated at 11):
+    // no restore, no `Resynced`, and the change is not folded into a
+    // difference. The watch resumes from the view's revision (after a
+    // read-back, as after any break), so the change arrives as itself.
     let mut m = watching_a();
     header(&mut m, 5, 2, MessageKind::Created, 9, A);
     let _ = drain(&mut m);
-    let _ = after_retry(&mut m);
+    assert_eq!(after_retry(&mut m), vec![lin(3)]);
+    let b2 = KeyValue {
+        mod_revision: Revision(11),
+        ..kv("b", "B2", 4, 8)
+    };
     page(
         &mut m,
         6,
         3,
-        vec![kv("a", "A", 3, 7), kv("b", "B", 4, 8)],
+        vec![kv("a", "A", 3, 7), b2.clone()],
         11,
         false,
         A,
     );
-    assert_eq!(drain(&mut m), vec![watch(4, 12)]);
+    assert_eq!(drain(&mut m), vec![read_back(4, "b", 10)]);
+    page(&mut m, 7, 4, vec![kv("b", "B", 4, 8)], 11, false, A);
+    assert_eq!(drain(&mut m), vec![watch(5, 11)]);
     // Behind again: the next check waits longer (no re-list loop).
     let first = m.poll_timeout();
-    header(&mut m, 7, 4, MessageKind::Created, 9, A);
+    header(&mut m, 8, 5, MessageKind::Created, 9, A);
     let out = drain(&mut m);
     let Some(Output::Event(Event::Retrying(r2))) = out.get(1) else {
         panic!("{out:?}")
     };
     assert_eq!(r2.attempt, 2, "backoff carried over: {first:?}");
+    assert_eq!(after_retry(&mut m), vec![lin(6)]);
+    page(
+        &mut m,
+        9,
+        6,
+        vec![kv("a", "A", 3, 7), b2.clone()],
+        11,
+        false,
+        A,
+    );
+    assert_eq!(drain(&mut m), vec![read_back(7, "b", 10)]);
+    page(&mut m, 10, 7, vec![kv("b", "B", 4, 8)], 11, false, A);
+    assert_eq!(drain(&mut m), vec![watch(8, 11)]);
+    // An up-to-date member answers: the change since arrives in order.
+    message(
+        &mut m,
+        11,
+        8,
+        MessageKind::Events,
+        vec![put(b2.clone(), Some(kv("b", "B", 4, 8)))],
+        11,
+    );
+    assert_eq!(
+        drain(&mut m),
+        vec![ev(Event::Updated {
+            host: "b".into(),
+            kv: b2,
+            previous: kv("b", "B", 4, 8),
+            revision: Revision(11),
+        })]
+    );
 }
 
 #[test]
