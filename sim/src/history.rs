@@ -190,6 +190,10 @@ pub enum Entry {
     /// Every change of a key outside the hosts' prefix (election queues,
     /// fenced resources); recorded at the end.
     ElectionLog(Vec<LogEntry>),
+    /// Every join etcd applied and left unanswered (an
+    /// [`UnansweredJoin`](crate::faults::schedule::Fault::UnansweredJoin)):
+    /// (virtual ms, contender); recorded at the end.
+    JoinsUnanswered(Vec<(u64, usize)>),
     /// Every lease etcd granted, by id; recorded at the end.
     LeaseLog(std::collections::BTreeMap<i64, LeaseLife>),
     /// A watcher process's observer of an election reported a leader.

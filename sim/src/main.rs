@@ -69,6 +69,7 @@ mod campaign {
     use std::time::{Duration, Instant};
 
     use coord_sim::faults::schedule::{Case, Generator, Shape};
+    const _: () = assert!(crate::cli::NEWEST_GENERATOR == Generator::NEWEST.number());
     use coord_sim::history::History;
     use coord_sim::report::{timeline, HistoryTally, Summary};
     use coord_sim::run::compare::{self, GoCoordStyle, Side};

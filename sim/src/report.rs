@@ -333,6 +333,7 @@ pub fn timeline(r: &CaseResult) -> String {
             | Entry::RevisionTimes(_)
             | Entry::ContenderSample(_)
             | Entry::ElectionLog(_)
+            | Entry::JoinsUnanswered(_)
             | Entry::LeaseLog(_)
             | Entry::HealRequests(_) => {}
             Entry::Observed {

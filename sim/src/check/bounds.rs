@@ -136,6 +136,11 @@ pub enum WatchPath {
     Wiped,
     /// A compaction: a watcher resuming across it lists the prefix again.
     Compact,
+    /// The member serving the watcher's watches went away and the one its
+    /// resumed watches reached was behind what it had seen: each watch is
+    /// cancelled and, after a first attempt's backoff, the watcher lists
+    /// the prefix linearizably to tell a lagging member from a restore.
+    LaggingMember,
 }
 
 impl WatchPath {
@@ -143,7 +148,7 @@ impl WatchPath {
     pub fn lists(self) -> bool {
         matches!(
             self,
-            WatchPath::Restart | WatchPath::Compact | WatchPath::Wiped
+            WatchPath::Restart | WatchPath::Compact | WatchPath::Wiped | WatchPath::LaggingMember
         )
     }
 
@@ -159,6 +164,7 @@ impl WatchPath {
             WatchPath::UnansweredBlip => "unanswered requests (blip)",
             WatchPath::Wiped => "etcd wiped",
             WatchPath::Compact => "compaction",
+            WatchPath::LaggingMember => "lagging watch member",
         }
     }
 }
@@ -286,6 +292,9 @@ impl Nominal {
             WatchPath::Partition | WatchPath::Unanswered => silent.max(probe + cut),
             WatchPath::LeaderChange | WatchPath::Wiped => fast_cap.min(probe + cut),
             WatchPath::UnansweredBlip => ms(o.request_timeout) + ms(b.cap),
+            // The resume's read-back and watch, then the check after a
+            // first attempt's delay (its backoff starts over).
+            WatchPath::LaggingMember => initial * 2,
         };
         let listing = if path.lists() {
             self.listing_ms(hosts)

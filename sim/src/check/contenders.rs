@@ -72,6 +72,17 @@ pub(super) fn disturbances(history: &History, c: usize) -> Vec<(u64, u64)> {
             }
             Entry::Fault(Fault::DropReplies { ms }) => out.push((r.at_ms, r.at_ms + ms)),
             Entry::Fault(Fault::Compact) => out.push((r.at_ms, r.at_ms)),
+            // Its campaign learns where it stands only when the join's
+            // retry, a request timeout later, is answered.
+            Entry::JoinsUnanswered(joins) => {
+                let timeout = ms(coord::SessionOptions::default().request_timeout);
+                out.extend(
+                    joins
+                        .iter()
+                        .filter(|(_, x)| *x == c)
+                        .map(|(at, _)| (*at, at + timeout)),
+                );
+            }
             _ => {}
         }
     }

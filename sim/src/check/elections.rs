@@ -36,7 +36,11 @@
 //!   that may have made a lease it never learned of;
 //! - **losses are reported at once**: once a session no longer holds the
 //!   lease a leadership is on, the leadership's `lost()` has fired within
-//!   half a second.
+//!   half a second;
+//! - **a lost lease is retired**: once a leadership ends with its
+//!   session's lease lost, etcd no longer holds that lease nor the lost
+//!   leadership's key a TTL (and expiry slack) later, no campaign is
+//!   elected on it again, and the session never reports it again.
 //!
 //! It also measures failover latency (a leader's process crashed to a
 //! successor leading, minus the crashed leader's TTL, where the queued
@@ -110,6 +114,7 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &owners, &samples, &disturbed, v);
+    super::lost_leases::lost_leases_retired(history, &log, &samples, v);
     latencies(case, history, &log, &owners, &disturbed, &samples, v);
     crate::check::observe::check(case, history, &log, v);
     crate::check::api::check(history, &events, &log, case.contenders.len(), v);

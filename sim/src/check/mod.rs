@@ -39,6 +39,7 @@ pub mod elections;
 mod heals;
 mod hosts;
 mod leases;
+mod lost_leases;
 pub mod observe;
 mod verdict;
 pub mod watchers;

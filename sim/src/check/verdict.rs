@@ -81,6 +81,11 @@ pub enum Invariant {
     LossReported,
     /// A session reported a lease etcd did not have.
     SessionLeaseLives,
+    /// A lease whose loss ended a leadership was not retired: etcd still
+    /// held it, or the lost leadership's key, past a TTL after the loss,
+    /// or a campaign was elected on it again, or its session reported it
+    /// again after leaving it.
+    LostLeaseRetired,
     /// An observation disagreed with etcd's leader at its revision.
     ObserverSound,
     /// An observer skipped a leader without a compaction to excuse it.

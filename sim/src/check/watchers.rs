@@ -14,8 +14,8 @@ use crate::history::{
 
 /// What disturbed watcher `w`, as (start, end, path): its own restarts,
 /// partitions and pauses, etcd leader changes, wipes,
-/// unanswered requests, and compactions (a resume across one lists
-/// again). A disturbance still on at the end of the history ends at
+/// unanswered requests, compactions (a resume across one lists again),
+/// and lagging watch members of its own. A disturbance still on at the end of the history ends at
 /// `u64::MAX`.
 pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath)> {
     let request_timeout = Nominal::default().watcher.request_timeout;
@@ -38,6 +38,9 @@ pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64
                 Some((r.at_ms, r.at_ms + ms, path))
             }
             Entry::Fault(Fault::Compact) => Some((r.at_ms, r.at_ms, WatchPath::Compact)),
+            Entry::Fault(Fault::LaggingWatch { watcher }) if *watcher == w => {
+                Some((r.at_ms, r.at_ms, WatchPath::LaggingMember))
+            }
             _ => None,
         })
         .collect();

@@ -124,6 +124,35 @@ pub async fn break_watches(state: SharedEtcd, ep: Endpoint, key: Vec<u8>) {
     broken(&ep, streams, "member went away").await;
 }
 
+/// The member serving every watch of the client at `client` goes away,
+/// and the member each one's next watch reaches is behind: forgets those
+/// watches and marks them lagging. Returns them, for
+/// [`tell_broken`] to tell their client.
+pub fn lag_watches_of(
+    st: &mut EtcdState,
+    client: std::net::IpAddr,
+) -> Vec<((SocketAddr, u64), u64)> {
+    let ids: Vec<(SocketAddr, u64)> = st
+        .watches
+        .keys()
+        .filter(|(addr, _)| addr.ip() == client)
+        .copied()
+        .collect();
+    ids.into_iter()
+        .filter_map(|id| {
+            let w = st.watches.remove(&id)?;
+            st.lagging_watches.insert((client, w.key));
+            Some((id, w.seq))
+        })
+        .collect()
+}
+
+/// Tells the clients of `streams` that they broke because their member
+/// went away. Must run on the etcd node.
+pub async fn tell_broken(ep: Endpoint, streams: Vec<((SocketAddr, u64), u64)>) {
+    broken(&ep, streams, "member went away").await;
+}
+
 impl EtcdState {
     /// No answers until `now + window` (the later of that and any outage
     /// already on); streams opened before are dead. Returns its end.

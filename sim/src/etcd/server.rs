@@ -2,8 +2,8 @@
 //! network and runs the lessor (expiry every 500 ms, as etcd's leader
 //! does); its fault hooks are in [`hooks`](super::hooks).
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -64,6 +64,15 @@ pub struct EtcdState {
     pub lease_log: BTreeMap<i64, crate::history::LeaseLife>,
     /// A member behind the others answering serializable reads, while on.
     pub stale_reads: Option<StaleReads>,
+    /// Contenders whose next join is applied but left unanswered, with
+    /// how many such joins each has still to send.
+    pub unanswered_joins: BTreeMap<usize, u32>,
+    /// Every join left unanswered: (virtual ms, contender).
+    pub joins_unanswered: Vec<(u64, usize)>,
+    /// Watches (client address, key) whose member went away: the next
+    /// watch of that key from that address reaches a member one revision
+    /// behind what its client has seen.
+    pub lagging_watches: BTreeSet<(IpAddr, Vec<u8>)>,
 }
 
 /// A member behind the others answers serializable reads until `until_ms`.
@@ -199,6 +208,9 @@ pub fn new_state() -> SharedEtcd {
         lease_log: BTreeMap::new(),
         cluster: FIRST_CLUSTER,
         stale_reads: None,
+        unanswered_joins: BTreeMap::new(),
+        joins_unanswered: Vec::new(),
+        lagging_watches: BTreeSet::new(),
     }))
 }
 
@@ -244,8 +256,14 @@ async fn serve_one(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
             let mut st = lock(&state);
             let drop_reply = now < st.drop_replies_until;
             let reply = handle(&mut st, now, from, envelope.client, &envelope.request);
+            let unanswered = matches!(reply, Answer::Unary(Reply::Txn(_)))
+                && st.takes_unanswered_join(now, envelope.client, &envelope.request);
+            if unanswered {
+                // Another client's write lands right after the join.
+                let _ = st.model.put(b"/coord-sim/after-join", b"", 0);
+            }
             st.after_change(now);
-            (reply, drop_reply)
+            (reply, drop_reply || unanswered)
         };
         if drop_reply {
             continue;
@@ -404,6 +422,32 @@ impl EtcdState {
         }
     }
 
+    /// Whether `request` from `client` is a join that an
+    /// [`UnansweredJoin`](crate::faults::schedule::Fault::UnansweredJoin)
+    /// leaves unanswered (it is then counted off).
+    fn takes_unanswered_join(&mut self, now: u64, client: u64, request: &Request) -> bool {
+        let Some(c) = crate::history::contender_of(client) else {
+            return false;
+        };
+        let Request::Txn { txn } = request else {
+            return false;
+        };
+        if !is_join(txn) {
+            return false;
+        }
+        match self.unanswered_joins.get_mut(&c) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                if *left == 0 {
+                    self.unanswered_joins.remove(&c);
+                }
+                self.joins_unanswered.push((now, c));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The stale member answering serializable reads at `now`, if any.
     fn stale_member(&self, now: u64) -> Option<&Behind> {
         self.stale_reads
@@ -411,6 +455,26 @@ impl EtcdState {
             .filter(|s| now < s.until_ms)
             .map(|s| &s.behind)
     }
+}
+
+/// A campaign's join: `If(create(key) = 0) Then(Put(key), Get(queue*))`,
+/// as etcd's Go `concurrency` package and coord send it.
+fn is_join(txn: &core_io::Txn) -> bool {
+    let creates_if_absent = matches!(
+        txn.compares.as_slice(),
+        [c] if !c.prefix
+            && c.op == core_io::CompareOp::Equal
+            && c.target == core_io::CompareTarget::CreateRevision(Revision(0))
+    );
+    let puts = txn
+        .success
+        .iter()
+        .any(|op| matches!(op, core_io::TxnOp::Put { .. }));
+    let reads_queue = txn
+        .success
+        .iter()
+        .any(|op| matches!(op, core_io::TxnOp::Get(get) if get.prefix));
+    creates_if_absent && puts && reads_queue
 }
 
 /// A range as etcd serves it: at the current revision or a pinned one,
@@ -615,11 +679,23 @@ fn handle(st: &mut EtcdState, now: u64, from: SocketAddr, client: u64, req: &Req
                 looked: (*start_revision).max(1),
                 seq: 0,
             };
+            // A member one revision behind what the client has seen (the
+            // revision before its start) answers, with nothing to send yet.
+            let lagging =
+                *start_revision >= 3 && st.lagging_watches.remove(&(from.ip(), key.clone()));
             let created = StreamBody::WatchCreated {
-                revision: st.model.revision(),
+                revision: if lagging {
+                    start_revision - 2
+                } else {
+                    st.model.revision()
+                },
                 cluster: st.cluster,
             };
             let mut msgs = vec![stamp(&mut w, created)];
+            if lagging {
+                st.watches.insert((from, *stream), w);
+                return Answer::Stream(*stream, msgs);
+            }
             match catch_up(&st.model, st.cluster, &mut w) {
                 Ok(backlog) => {
                     if let Some(body) = backlog {

@@ -134,6 +134,23 @@ pub enum Fault {
         /// For how long, ms.
         ms: u64,
     },
+    /// etcd applies the contender's next join (a transaction that creates
+    /// its key only if absent) but its reply is lost, and another client
+    /// writes right after it: the campaign's retry finds its own key with
+    /// a later revision in etcd.
+    UnansweredJoin {
+        /// Contender index.
+        contender: usize,
+    },
+    /// The member serving the watcher's watch goes away (its stream
+    /// breaks), and the member its next watch reaches is one revision
+    /// behind what the watcher has seen: the watcher checks etcd with a
+    /// linearizable listing, which lands at the watcher's own revision
+    /// when nothing was written since.
+    LaggingWatch {
+        /// Watcher index.
+        watcher: usize,
+    },
 }
 
 impl Fault {
@@ -166,6 +183,8 @@ impl Fault {
             Fault::Wipe { .. } => "etcd wiped",
             Fault::StaleReads { .. } => "stale member",
             Fault::ConsumerStall { .. } => "consumer stall",
+            Fault::UnansweredJoin { .. } => "unanswered join",
+            Fault::LaggingWatch { .. } => "lagging watch member",
         }
     }
 
@@ -304,6 +323,14 @@ impl fmt::Debug for Fault {
                 .debug_struct("ConsumerStall")
                 .field("watcher", &watcher)
                 .field("ms", &ms)
+                .finish(),
+            Fault::UnansweredJoin { contender } => f
+                .debug_struct("UnansweredJoin")
+                .field("contender", &contender)
+                .finish(),
+            Fault::LaggingWatch { watcher } => f
+                .debug_struct("LaggingWatch")
+                .field("watcher", &watcher)
                 .finish(),
         }
     }

@@ -166,6 +166,19 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
             });
             true
         }
+        Fault::UnansweredJoin { contender } => {
+            *lock(&w.etcd).unanswered_joins.entry(contender).or_insert(0) += 1;
+            true
+        }
+        Fault::LaggingWatch { watcher } => {
+            let ip = crate::world::fleet::watcher_ip(watcher);
+            let streams = hooks::lag_watches_of(&mut lock(&w.etcd), ip);
+            let broke = !streams.is_empty();
+            if let Some(node) = handle.get_node(w.etcd_node).filter(|_| broke) {
+                node.spawn(hooks::tell_broken(w.etcd_ep.clone(), streams));
+            }
+            broke
+        }
         Fault::Wipe {
             new_cluster,
             down_ms,
@@ -256,6 +269,8 @@ pub(crate) fn heal_all(w: &World) {
     st.refused_until = st.refused_until.min(now);
     st.drop_replies_until = st.drop_replies_until.min(now);
     st.stale_reads = None;
+    st.unanswered_joins.clear();
+    st.lagging_watches.clear();
 }
 
 /// Heals every one of `targets` at once, then records what ended and

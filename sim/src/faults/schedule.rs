@@ -159,13 +159,24 @@ pub enum Generator {
     /// V7's cases, with a wiped etcd refusing connections while it is down
     /// (`Refused`, as a killed etcd's address does, where V7's answered
     /// "no leader"): the probers probe it at their refused pace.
-    #[default]
     V8,
+    /// V8's fault mix plus faults aimed at narrow paths: joins applied but
+    /// unanswered with a write after them (a retried join finds its own
+    /// key behind later revisions), watches resumed on a member one
+    /// revision behind (a check listing at the watcher's own revision),
+    /// and contenders whose keep-alives reach etcd while its replies are
+    /// lost for longer than their TTL (a session's lease lost while etcd
+    /// still holds it). A calm case keeps its lagging watch members too.
+    #[default]
+    V9,
 }
 
 impl Generator {
+    /// The newest generator: the default.
+    pub const NEWEST: Generator = Generator::V9;
+
     /// Its version number (`--generator`).
-    pub fn number(self) -> u8 {
+    pub const fn number(self) -> u8 {
         match self {
             Generator::V1 => 1,
             Generator::V2 => 2,
@@ -175,6 +186,7 @@ impl Generator {
             Generator::V6 => 6,
             Generator::V7 => 7,
             Generator::V8 => 8,
+            Generator::V9 => 9,
         }
     }
 
@@ -194,7 +206,8 @@ impl Generator {
             5 => Generator::V5,
             6 => Generator::V6,
             7 => Generator::V7,
-            _ => Generator::V8,
+            8 => Generator::V8,
+            _ => Generator::V9,
         }
     }
 }
@@ -206,7 +219,25 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V3 => fault_v3().boxed(),
         Generator::V4 => fault_v4().boxed(),
         Generator::V5 => fault_v5().boxed(),
-        Generator::V6 | Generator::V7 | Generator::V8 => prop_oneof![
+        Generator::V6 | Generator::V7 | Generator::V8 => fault_v6().boxed(),
+        Generator::V9 => prop_oneof![
+            15 => fault_v6(),
+            1 => (0usize..8).prop_map(|contender| Fault::UnansweredJoin { contender }),
+            1 => (0usize..WATCHERS).prop_map(|watcher| Fault::LaggingWatch { watcher }),
+            1 => (0usize..8, 3_000u64..16_000).prop_map(|(contender, ms)| Fault::Partition {
+                target: Target::Contender(contender),
+                direction: Direction::FromEtcd,
+                ms,
+            }),
+        ]
+        .boxed(),
+    }
+}
+
+// V6 (V7 and V8 alike) is frozen: its structure decides the values a seed
+// yields.
+fn fault_v6() -> impl Strategy<Value = Fault> {
+    prop_oneof![
             12 => fault_v5(),
             1 => (
                 500u64..30_000,
@@ -219,9 +250,7 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
             ),
             2 => (0usize..WATCHERS, 1_000u64..45_000)
                 .prop_map(|(watcher, ms)| Fault::ConsumerStall { watcher, ms }),
-        ]
-        .boxed(),
-    }
+    ]
 }
 
 // V5 is frozen: its structure decides the values a seed yields.
@@ -452,7 +481,7 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                 case
             })
             .boxed(),
-        Generator::V6 | Generator::V7 | Generator::V8 => (
+        Generator::V6 | Generator::V7 | Generator::V8 | Generator::V9 => (
             base,
             prop_oneof![contenders(), Just((Vec::new(), 0usize))],
             0u8..4,
@@ -481,7 +510,8 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                             } | Fault::Stop { .. }
                                 | Fault::RevokeLease { .. }
                                 | Fault::ConsumerStall { .. }
-                        )
+                        ) || (generator.number() >= 9
+                            && matches!(f.fault, Fault::LaggingWatch { .. }))
                     });
                 }
                 // A wipe would restart the revisions the election
@@ -522,6 +552,9 @@ fn spread_hosts(case: &mut Case, spread: u64) {
 fn bound_contender(mut fault: Fault, contenders: usize, names: usize) -> Option<Fault> {
     if let Some(Target::Contender(c)) = fault.target_mut() {
         *c = c.checked_rem(contenders)?;
+    }
+    if let Fault::UnansweredJoin { contender } = &mut fault {
+        *contender = contender.checked_rem(contenders)?;
     }
     if let Fault::DeleteLeaderKey { name }
     | Fault::DeleteWaiterKey { name }
@@ -584,5 +617,18 @@ impl Case {
             h = h.wrapping_mul(0x0100_0000_01b3);
         }
         h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_generator_is_the_newest_and_numbers_round_trip() {
+        assert_eq!(Generator::default(), Generator::NEWEST);
+        for n in 1..=Generator::NEWEST.number() {
+            assert_eq!(Generator::from_number(n).number(), n);
+        }
     }
 }

@@ -177,8 +177,12 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
     world.record(Entry::HostPuts(puts));
     world.record(Entry::RevisionTimes(times));
     if !case.contenders.is_empty() {
-        let log = lock(&world.etcd).other_changes.clone();
+        let (log, unanswered) = {
+            let st = lock(&world.etcd);
+            (st.other_changes.clone(), st.joins_unanswered.clone())
+        };
         world.record(Entry::ElectionLog(log));
+        world.record(Entry::JoinsUnanswered(unanswered));
     }
     world.record(Entry::LeaseLog(lease_log));
     world.record(Entry::GrantTimes(grants));

@@ -58,6 +58,11 @@ fn first_catch_any<W: Variant>(wrap: W, invariants: &[Invariant], max: u64) -> O
 /// Declares one test per tooth: the broken variant must make the checker
 /// report a violation of one of the invariants within the first `budget`
 /// seeds of the default campaign (the message says what was missed).
+///
+/// Each tooth also has a rate test of its own, ignored by default (it runs
+/// a whole campaign): `rates::NAME` runs the default campaign's seeds
+/// (2,000, or `COORD_TEETH_SEEDS`) with the broken variant, prints how many
+/// fail one of its invariants, and asserts that at least 1% do.
 macro_rules! teeth {
     ($($name:ident: $variant:expr => [$($invariant:ident),+] within $budget:literal, $missed:literal;)+) => {
         $(
@@ -67,7 +72,46 @@ macro_rules! teeth {
                 assert!(seed.is_some(), $missed);
             }
         )+
+        mod rates {
+            use super::*;
+            $(
+                #[test]
+                #[ignore = "a whole campaign: run with --ignored"]
+                fn $name() {
+                    assert_fails_one_percent(stringify!($name), $variant, &[$(Invariant::$invariant),+]);
+                }
+            )+
+        }
     };
+}
+
+/// Runs the default campaign's seeds (`COORD_TEETH_SEEDS`, default 2,000)
+/// with `wrap`, prints how many failed one of `invariants`, and asserts it
+/// is at least 1% of them.
+fn assert_fails_one_percent<W: Variant>(name: &str, wrap: W, invariants: &[Invariant]) {
+    let seeds: u64 = std::env::var("COORD_TEETH_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2_000);
+    let failed = (1..=seeds)
+        .filter(|seed| {
+            let r = run_case_with(&Case::generate(*seed, Shape::default()), wrap.clone());
+            r.verdict
+                .violations
+                .iter()
+                .any(|v| invariants.contains(&v.invariant))
+        })
+        .count();
+    let failed = u64::try_from(failed).unwrap_or(u64::MAX);
+    println!(
+        "{name}: {failed} of {seeds} seeds ({}.{}%)",
+        failed * 100 / seeds.max(1),
+        failed * 1000 / seeds.max(1) % 10
+    );
+    assert!(
+        failed * 100 >= seeds,
+        "{name}: only {failed} of {seeds} seeds failed"
+    );
 }
 
 // The teeth: a broken variant, the invariants one of which it must fail,
@@ -95,6 +139,9 @@ teeth! {
     observers_that_learn_late_are_caught: LATE_QUEUE_DELETES => [ObserverPrompt] within 20, "the checker missed observers reporting a second late";
     candidates_that_never_see_deletes_are_caught: QUEUE_DELETES => [BeliefEnds, NoZombie, LeaderAfterHeal] within 20, "the checker missed leaders and waiters blind to deletes";
     an_observer_blind_to_deletes_is_caught: QUEUE_DELETES => [ObserverSound, ObserverConverges] within 10, "the checker missed observers reporting stale leaders";
+    a_session_that_keeps_its_lost_lease_is_caught: Intercepting(RecycledLease::default) => [LostLeaseRetired] within 40, "the checker missed a lost lease campaigned on again";
+    a_retried_join_that_takes_the_header_revision_for_its_token_is_caught: Intercepting(|| RetriedJoinTakesHeaderRevision) => [ElectionRecords] within 60, "the checker missed a retried join's token that is not its key's";
+    a_listing_at_the_views_own_revision_taken_for_a_restore_is_caught: Intercepting(OwnRevisionTakenForBehind::default) => [WatcherSound] within 60, "the checker missed a restore reported for a listing at the view's own revision";
 }
 
 #[test]
@@ -113,7 +160,15 @@ fn a_fleet_without_jitter_is_caught_as_a_herd() {
         max_hosts: 1000,
         ..Shape::default()
     };
-    let seed = first_catch_in(Unjittered, &[Invariant::HerdSpread], 20, shape);
+    // Sought among generator 8's cases, as found (generator 9's added
+    // faults move every draw).
+    let seed = first_catch_of(
+        Unjittered,
+        &[Invariant::HerdSpread],
+        20,
+        shape,
+        Generator::V8,
+    );
     assert!(
         seed.is_some(),
         "the checker missed a fleet retrying in step"

@@ -533,3 +533,132 @@ pub(crate) fn leader_changes_case() -> Case {
         generator: Generator::V6,
     }
 }
+
+/// A session that keeps a lost lease instead of replacing it: every
+/// revoke is swallowed and the lease kept, and the next grant hands that
+/// lease back (as a session resuming its lost lease would), so a later
+/// campaign adopts the lost campaign's key and token while etcd still
+/// holds them.
+#[derive(Clone, Default)]
+pub(crate) struct RecycledLease {
+    /// Each lease granted, with its TTL.
+    granted: Arc<Mutex<HashMap<i64, i64>>>,
+    /// The lease last "revoked", kept for the next grant.
+    kept: Arc<Mutex<Option<Granted>>>,
+}
+
+impl Intercept for RecycledLease {
+    async fn lease_grant<A: EtcdApi>(&self, api: &A, ttl_secs: i64) -> Result<Granted, EtcdError> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(kept) = kept {
+            return Ok(kept);
+        }
+        let granted = api.lease_grant(ttl_secs).await?;
+        self.granted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(granted.lease.0, granted.ttl_secs);
+        Ok(granted)
+    }
+
+    async fn lease_revoke<A: EtcdApi>(&self, _api: &A, lease: LeaseId) -> Result<(), EtcdError> {
+        let ttl_secs = self
+            .granted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&lease.0)
+            .copied();
+        if let Some(ttl_secs) = ttl_secs {
+            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some(Granted { lease, ttl_secs });
+        }
+        Ok(())
+    }
+}
+
+/// A join's retry that finds the campaign's own key (etcd applied the
+/// first attempt) reports that key with the response's revision as its
+/// create revision (as a candidate taking the header's revision for its
+/// token would): with anything written since, its token is not its key's.
+#[derive(Clone)]
+pub(crate) struct RetriedJoinTakesHeaderRevision;
+
+impl Intercept for RetriedJoinTakesHeaderRevision {
+    async fn txn<A: EtcdApi>(&self, api: &A, txn: Txn) -> Result<TxnResponse, EtcdError> {
+        let own = match (txn.compares.as_slice(), txn.success.first()) {
+            ([c], Some(coord::TxnOp::Put { key, .. }))
+                if !c.prefix
+                    && c.target == coord_core::io::CompareTarget::CreateRevision(Revision(0)) =>
+            {
+                Some(key.clone())
+            }
+            _ => None,
+        };
+        let mut response = api.txn(txn).await?;
+        let Some(own) = own.filter(|_| !response.succeeded) else {
+            return Ok(response);
+        };
+        let header = response.revision;
+        for op in &mut response.responses {
+            if let coord_core::io::TxnOpResponse::Get(kvs) = op {
+                for kv in kvs.iter_mut().filter(|kv| kv.key == own) {
+                    kv.create_revision = header;
+                }
+            }
+        }
+        Ok(response)
+    }
+}
+
+/// A listing that lands exactly at the revision its prefix's watch had
+/// reached reports the revision before it (as a watcher taking a listing
+/// at its own revision for one behind would): the watcher reports a
+/// restore that never happened.
+#[derive(Clone, Default)]
+pub(crate) struct OwnRevisionTakenForBehind {
+    /// Per watched key: the revision its watches have shown (each watch's
+    /// start less one, its events, its progress notifications).
+    seen: Arc<Mutex<HashMap<Vec<u8>, i64>>>,
+}
+
+impl Intercept for OwnRevisionTakenForBehind {
+    async fn watch_next<E: WatchEvents>(
+        &self,
+        stream: &WatchStream,
+        events: &mut E,
+    ) -> Option<Result<coord::WatchMessage, EtcdError>> {
+        let m = events.next().await?;
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let at = seen.entry(stream.key.clone()).or_insert(0);
+        *at = (*at).max(stream.start_revision.0 - 1);
+        if let Ok(msg) = &m {
+            for e in &msg.events {
+                *at = (*at).max(e.revision().0);
+            }
+            if msg.kind == coord_core::io::MessageKind::Progress {
+                *at = (*at).max(msg.revision.0);
+            }
+        }
+        Some(m)
+    }
+
+    async fn range<A: EtcdApi>(
+        &self,
+        api: &A,
+        request: RangeRequest,
+    ) -> Result<Listing, EtcdError> {
+        let fresh = request.revision.0 == 0 && request.get.prefix;
+        let key = request.get.key.0.clone();
+        let mut listing = api.range(request).await?;
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied();
+        if fresh && seen == Some(listing.revision.0) {
+            listing.revision = Revision(listing.revision.0 - 1);
+        }
+        Ok(listing)
+    }
+}
