@@ -141,6 +141,7 @@ teeth! {
     an_observer_blind_to_deletes_is_caught: QUEUE_DELETES => [ObserverSound, ObserverConverges] within 10, "the checker missed observers reporting stale leaders";
     a_session_that_keeps_its_lost_lease_is_caught: Intercepting(RecycledLease::default) => [LostLeaseRetired] within 40, "the checker missed a lost lease campaigned on again";
     a_retried_join_that_takes_the_header_revision_for_its_token_is_caught: Intercepting(|| RetriedJoinTakesHeaderRevision) => [ElectionRecords] within 60, "the checker missed a retried join's token that is not its key's";
+    listing_pages_not_pinned_to_one_revision_are_caught: Intercepting(|| UnpinnedPages) => [WatcherSound, WatcherComplete, WatcherRecords, WatcherConverges, WatcherSaysStale] within 300, "the checker missed a listing mixing two states of etcd";
     a_listing_at_the_views_own_revision_taken_for_a_restore_is_caught: Intercepting(OwnRevisionTakenForBehind::default) => [WatcherSound] within 60, "the checker missed a restore reported for a listing at the view's own revision";
 }
 

@@ -662,3 +662,31 @@ impl Intercept for OwnRevisionTakenForBehind {
         Ok(listing)
     }
 }
+
+/// Reads every later page of a listing at etcd's current revision instead
+/// of the first page's, and reports it at the first page's (as a client
+/// dropping the pinned revision would): a listing across changes mixes
+/// two states of etcd.
+#[derive(Clone)]
+pub(crate) struct UnpinnedPages;
+
+impl Intercept for UnpinnedPages {
+    async fn range<A: EtcdApi>(
+        &self,
+        api: &A,
+        request: RangeRequest,
+    ) -> Result<Listing, EtcdError> {
+        if request.after.is_none() || request.revision.0 == 0 {
+            return api.range(request).await;
+        }
+        let pinned = request.revision;
+        let mut listing = api
+            .range(RangeRequest {
+                revision: Revision(0),
+                ..request
+            })
+            .await?;
+        listing.revision = pinned;
+        Ok(listing)
+    }
+}
