@@ -14,7 +14,8 @@
 //!   has ended, with the loss its handle then reports; never "resigned"
 //!   for a handle that did not resign, never "session closed" before the
 //!   process closed its session, and "key deleted" only once etcd deleted
-//!   that key;
+//!   that key; a campaign that fails as lost with its key deleted had a
+//!   key of its deleted by etcd since it began;
 //! - **resign releases**: an undisturbed `resign()`/`unlock()` that
 //!   returns `Ok` has deleted the key by then, and `lost()` says
 //!   "resigned"; a dropped leadership's key is gone within a request
@@ -185,6 +186,38 @@ pub(super) fn check(
             ContenderEvent::Lost { reason, after } => {
                 v.checks += 1;
                 lost_truth(events, log, c, name, at, reason, after, stop_at, v);
+            }
+            ContenderEvent::Failed { error, lost: true } if error.ends_with(KEY_DELETED) => {
+                v.checks += 1;
+                let began = events
+                    .of(c, name)
+                    .filter(|(t, e)| *t <= at && matches!(e, ContenderEvent::Started { .. }))
+                    .last()
+                    .map_or(0, |(t, _)| t);
+                let prefix = format!("{name}/");
+                let owned = |lease: i64| {
+                    leases
+                        .and_then(|l| l.get(&lease))
+                        .and_then(|life| crate::history::contender_of(life.client))
+                        == Some(c)
+                };
+                let deleted = log.iter().any(|e| {
+                    !e.present
+                        && e.at_ms >= began
+                        && e.at_ms <= at
+                        && e.key.starts_with(&prefix)
+                        && owned(e.lease)
+                });
+                if !deleted {
+                    v.violate(
+                        Invariant::LostTruth,
+                        at,
+                        None,
+                        format!(
+                            "contender {c}'s campaign for {name} failed as lost, its key deleted, though etcd deleted no key of its since the campaign began at {began} ms"
+                        ),
+                    );
+                }
             }
             ContenderEvent::Resigned { ok, after } => {
                 v.checks += 1;

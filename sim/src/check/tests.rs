@@ -114,3 +114,91 @@ fn only_a_lagged_subscription_or_a_crash_before_the_recorder_ran_excuses_it() {
     ];
     assert_eq!(unannounced(crashed_after_pause), vec![(100, Some(0))]);
 }
+
+/// The `LostTruth` violations of a campaign of contender 0 for `e` that
+/// began at 100 ms and failed at 900 ms as lost with its key deleted,
+/// over etcd's change log `log` (its key on lease 0x10, granted to it).
+fn campaign_loss_untrue(log: Vec<crate::history::LogEntry>) -> usize {
+    use crate::faults::schedule::{Case, ContenderKind, ContenderSpec, Generator};
+    use crate::history::{client_id, CampaignMode, ContenderEvent, LeaseLife};
+    let contender = |at_ms, event| {
+        record(
+            at_ms,
+            Entry::Contender {
+                contender: 0,
+                incarnation: 1,
+                name: "e".into(),
+                event,
+            },
+        )
+    };
+    let lease = LeaseLife {
+        client: client_id(0, 1),
+        ttl_secs: 3,
+        granted_at: 0,
+        ended_at: None,
+    };
+    let history = History {
+        records: vec![
+            contender(
+                100,
+                ContenderEvent::Started {
+                    mode: CampaignMode::Wait,
+                },
+            ),
+            contender(
+                900,
+                ContenderEvent::Failed {
+                    error: coord::Error::Lost(coord::Loss::KeyDeleted).to_string(),
+                    lost: true,
+                },
+            ),
+            record(1000, Entry::ElectionLog(log)),
+            record(1000, Entry::LeaseLog([(0x10, lease)].into_iter().collect())),
+        ],
+    };
+    let case = Case {
+        seed: 1,
+        ttls: vec![3],
+        faults: Vec::new(),
+        phase1_ms: 1000,
+        contenders: vec![ContenderSpec {
+            kind: ContenderKind::Candidate,
+            ttl: 3,
+        }],
+        pool_names: 0,
+        generator: Generator::NEWEST,
+    };
+    let mut v = Verdict::default();
+    crate::check::elections::check(&case, &history, &mut v);
+    v.violations
+        .iter()
+        .filter(|x| x.invariant == Invariant::LostTruth)
+        .count()
+}
+
+#[test]
+fn a_campaign_failing_with_its_key_deleted_needs_etcd_to_have_deleted_it() {
+    let change = |at_ms, present| crate::history::LogEntry {
+        at_ms,
+        revision: if present { 5 } else { 9 },
+        key: "e/10".into(),
+        present,
+        create_revision: 5,
+        value: b"c0".to_vec(),
+        lease: 0x10,
+        cause: None,
+    };
+    // Put, never deleted: the loss did not happen.
+    assert_eq!(campaign_loss_untrue(vec![change(200, true)]), 1);
+    // Deleted during the campaign: it did.
+    assert_eq!(
+        campaign_loss_untrue(vec![change(200, true), change(500, false)]),
+        0
+    );
+    // Deleted before the campaign began: not this campaign's loss.
+    assert_eq!(
+        campaign_loss_untrue(vec![change(20, true), change(50, false)]),
+        1
+    );
+}

@@ -103,7 +103,8 @@ pub enum Invariant {
     IsLeaderTruth,
     /// `lost()` completed before the leadership ended, or with a loss that
     /// did not happen (resigned without a resign, session closed before a
-    /// close, key deleted while etcd had it).
+    /// close, key deleted while etcd had it), or a campaign failed as lost
+    /// with its key deleted while etcd deleted no key of its.
     LostTruth,
     /// An undisturbed `resign()`/`unlock()` returned `Ok` with the key still
     /// in etcd (or `lost()` then not "resigned"), or a dropped leadership's
