@@ -32,7 +32,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::check::contenders::{disturbances, prompt, undisturbed, ContenderEvents};
+use crate::check::contenders::{disturbances, owner, prompt, undisturbed, ContenderEvents};
 use crate::check::{lease_log, Invariant, Verdict};
 use crate::history::{Aftermath, ContenderEvent, Entry, History, LogEntry};
 
@@ -128,6 +128,7 @@ pub(super) fn check(
     history: &History,
     events: &ContenderEvents,
     log: &[LogEntry],
+    owners: &BTreeMap<i64, u64>,
     contenders: usize,
     v: &mut Verdict,
 ) {
@@ -195,18 +196,12 @@ pub(super) fn check(
                     .last()
                     .map_or(0, |(t, _)| t);
                 let prefix = format!("{name}/");
-                let owned = |lease: i64| {
-                    leases
-                        .and_then(|l| l.get(&lease))
-                        .and_then(|life| crate::history::contender_of(life.client))
-                        == Some(c)
-                };
                 let deleted = log.iter().any(|e| {
                     !e.present
                         && e.at_ms >= began
                         && e.at_ms <= at
                         && e.key.starts_with(&prefix)
-                        && owned(e.lease)
+                        && owner(owners, e.lease) == Some(c)
                 });
                 if !deleted {
                     v.violate(

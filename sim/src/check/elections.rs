@@ -100,7 +100,8 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
         })
         .collect();
     let events = ContenderEvents::new(history);
-    one_leader_and_beliefs(case, &log, &disturbed, &samples, v);
+    let deleted = deletions(&log);
+    one_leader_and_beliefs(case, &deleted, &disturbed, &samples, v);
     elected_records(history, &log, v);
     campaigns_fail_only_when_lost(history, v);
     prompt_succession(case, &events, &log, &owners, &disturbed, v);
@@ -114,10 +115,10 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &owners, &samples, &disturbed, v);
-    super::lost_leases::lost_leases_retired(history, &log, &samples, v);
+    super::lost_leases::lost_leases_retired(history, &deleted, &samples, v);
     latencies(case, history, &log, &owners, &disturbed, &samples, v);
     crate::check::observe::check(case, history, &log, v);
-    crate::check::api::check(history, &events, &log, case.contenders.len(), v);
+    crate::check::api::check(history, &events, &log, &owners, case.contenders.len(), v);
 }
 
 /// etcd's log replayed from its start to an instant: the keys live then
@@ -349,21 +350,24 @@ pub(super) fn prompt_succession(
 
 /// The deletions of each key incarnation: (key, create revision) -> (at,
 /// cause).
-pub(super) fn deletions(log: &[LogEntry]) -> BTreeMap<(String, i64), (u64, Option<DeleteCause>)> {
+pub(super) fn deletions(log: &[LogEntry]) -> Deletions {
     log.iter()
         .filter(|e| !e.present)
         .map(|e| ((e.key.clone(), e.create_revision), (e.at_ms, e.cause)))
         .collect()
 }
 
+/// Every deletion of etcd's log: when each key incarnation (key, create
+/// revision) was deleted, and why.
+pub(super) type Deletions = BTreeMap<(String, i64), (u64, Option<DeleteCause>)>;
+
 pub(super) fn one_leader_and_beliefs(
     case: &Case,
-    log: &[LogEntry],
+    deleted: &Deletions,
     disturbed: &[Vec<(u64, u64)>],
     samples: &[(u64, &Vec<ContenderSample>)],
     v: &mut Verdict,
 ) {
-    let deleted = deletions(log);
     for (at, contenders) in samples {
         let mut present: BTreeMap<&str, Vec<(usize, &str)>> = BTreeMap::new();
         for (c, s) in contenders.iter().enumerate() {

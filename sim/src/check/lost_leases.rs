@@ -13,8 +13,9 @@
 
 use std::collections::BTreeMap;
 
+use super::elections::Deletions;
 use super::verdict::{Invariant, Verdict};
-use crate::history::{ContenderEvent, ContenderSample, Entry, History, LeaseLife, LogEntry};
+use crate::history::{ContenderEvent, ContenderSample, Entry, History};
 
 /// The text every loss of a session's lease starts with (`Loss`'s
 /// display, before its reason).
@@ -80,21 +81,13 @@ fn lost_leaderships(history: &History) -> Vec<LostLeadership<'_>> {
 /// Checks that every lease a session lost is retired (see the module).
 pub(super) fn lost_leases_retired(
     history: &History,
-    log: &[LogEntry],
+    deleted: &Deletions,
     samples: &[(u64, &Vec<ContenderSample>)],
     v: &mut Verdict,
 ) {
-    let leases: BTreeMap<i64, LeaseLife> = crate::check::lease_log(history)
-        .cloned()
-        .unwrap_or_default();
+    let leases = crate::check::lease_log(history);
     let windows = crate::check::leader_windows(history);
     let end = history.records.last().map_or(0, |r| r.at_ms);
-    // When each key incarnation (key, create revision) was deleted.
-    let deleted: BTreeMap<(&str, i64), u64> = log
-        .iter()
-        .filter(|e| !e.present)
-        .map(|e| ((e.key.as_str(), e.create_revision), e.at_ms))
-        .collect();
     // Every `Elected`: (when, contender, lease).
     let elections: Vec<(u64, usize, i64)> = history
         .records
@@ -109,7 +102,7 @@ pub(super) fn lost_leases_retired(
         })
         .collect();
     for lost in lost_leaderships(history) {
-        let Some(life) = leases.get(&lost.lease) else {
+        let Some(life) = leases.and_then(|l| l.get(&lost.lease)) else {
             continue;
         };
         let ttl_ms = u64::try_from(life.ttl_secs).unwrap_or(0) * 1000;
@@ -139,7 +132,10 @@ pub(super) fn lost_leases_retired(
             None => {}
         }
         v.checks += 1;
-        match deleted.get(&(lost.key, lost.token)) {
+        match deleted
+            .get(&(lost.key.to_string(), lost.token))
+            .map(|(at, _)| at)
+        {
             Some(at) if *at <= due => {}
             Some(at) => v.violate(
                 Invariant::LostLeaseRetired,

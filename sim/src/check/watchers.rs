@@ -13,10 +13,10 @@ use crate::history::{
 };
 
 /// What disturbed watcher `w`, as (start, end, path): its own restarts,
-/// partitions and pauses, etcd leader changes, wipes,
-/// unanswered requests, compactions (a resume across one lists again),
-/// and lagging watch members of its own. A disturbance still on at the end of the history ends at
-/// `u64::MAX`.
+/// partitions and pauses, etcd leader changes, wipes, unanswered
+/// requests, compactions (a resume across one lists again), and lagging
+/// watch members of its own. A disturbance still on at the end of the
+/// history ends at `u64::MAX`.
 pub(crate) fn watcher_disturbances(history: &History, w: usize) -> Vec<(u64, u64, WatchPath)> {
     let request_timeout = Nominal::default().watcher.request_timeout;
     let mut out: Vec<(u64, u64, WatchPath)> = history

@@ -18,6 +18,11 @@ use coord_sim::faults::schedule::{
 use coord_sim::run::runner::run_case_with;
 use coord_sim::world::{Intercepting, Variant};
 
+/// Locks `m`, taking over a lock a panicked test poisoned.
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Claims every revoke succeeded without sending it: stop leaves the key.
 #[derive(Clone)]
 pub(crate) struct SwallowRevoke;
@@ -44,7 +49,7 @@ impl Intercept for StaleTtl {
         replies: &mut R,
     ) -> Option<Result<i64, EtcdError>> {
         let reply = replies.next().await;
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = locked(&self.last);
         let last = last.entry(stream.id).or_insert(0);
         match reply {
             Some(Ok(0)) if *last > 0 => Some(Ok(*last)),
@@ -549,28 +554,19 @@ pub(crate) struct RecycledLease {
 
 impl Intercept for RecycledLease {
     async fn lease_grant<A: EtcdApi>(&self, api: &A, ttl_secs: i64) -> Result<Granted, EtcdError> {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let kept = locked(&self.kept).take();
         if let Some(kept) = kept {
             return Ok(kept);
         }
         let granted = api.lease_grant(ttl_secs).await?;
-        self.granted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(granted.lease.0, granted.ttl_secs);
+        locked(&self.granted).insert(granted.lease.0, granted.ttl_secs);
         Ok(granted)
     }
 
     async fn lease_revoke<A: EtcdApi>(&self, _api: &A, lease: LeaseId) -> Result<(), EtcdError> {
-        let ttl_secs = self
-            .granted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&lease.0)
-            .copied();
+        let ttl_secs = locked(&self.granted).get(&lease.0).copied();
         if let Some(ttl_secs) = ttl_secs {
-            *self.kept.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some(Granted { lease, ttl_secs });
+            *locked(&self.kept) = Some(Granted { lease, ttl_secs });
         }
         Ok(())
     }
@@ -628,7 +624,7 @@ impl Intercept for OwnRevisionTakenForBehind {
         events: &mut E,
     ) -> Option<Result<coord::WatchMessage, EtcdError>> {
         let m = events.next().await?;
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = locked(&self.seen);
         let at = seen.entry(stream.key.clone()).or_insert(0);
         *at = (*at).max(stream.start_revision.0 - 1);
         if let Ok(msg) = &m {
@@ -650,12 +646,7 @@ impl Intercept for OwnRevisionTakenForBehind {
         let fresh = request.revision.0 == 0 && request.get.prefix;
         let key = request.get.key.0.clone();
         let mut listing = api.range(request).await?;
-        let seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .copied();
+        let seen = locked(&self.seen).get(&key).copied();
         if fresh && seen == Some(listing.revision.0) {
             listing.revision = Revision(listing.revision.0 - 1);
         }
