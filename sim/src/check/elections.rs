@@ -58,6 +58,7 @@ use super::campaigns::{
 use super::contenders::{
     disturbances, owner, prompt, settle, undisturbed, ContenderEvents, SUCCESSION_MS,
 };
+use super::deletions::{deletions, Deletions};
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::Case;
 use crate::history::{
@@ -347,19 +348,6 @@ pub(super) fn prompt_succession(
         }
     }
 }
-
-/// The deletions of each key incarnation: (key, create revision) -> (at,
-/// cause).
-pub(super) fn deletions(log: &[LogEntry]) -> Deletions {
-    log.iter()
-        .filter(|e| !e.present)
-        .map(|e| ((e.key.clone(), e.create_revision), (e.at_ms, e.cause)))
-        .collect()
-}
-
-/// Every deletion of etcd's log: when each key incarnation (key, create
-/// revision) was deleted, and why.
-pub(super) type Deletions = BTreeMap<(String, i64), (u64, Option<DeleteCause>)>;
 
 pub(super) fn one_leader_and_beliefs(
     case: &Case,

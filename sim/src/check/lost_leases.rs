@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::elections::Deletions;
+use super::deletions::Deletions;
 use super::verdict::{Invariant, Verdict};
 use crate::history::{ContenderEvent, ContenderSample, Entry, History};
 

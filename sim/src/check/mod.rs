@@ -35,6 +35,7 @@ pub mod api;
 pub mod bounds;
 mod campaigns;
 mod contenders;
+mod deletions;
 pub mod elections;
 mod heals;
 mod hosts;
