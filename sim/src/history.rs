@@ -353,6 +353,8 @@ pub enum ContenderEvent {
     },
     /// A fenced write.
     Write {
+        /// When it was sent, virtual ms (it returned at the record's time).
+        since_ms: u64,
         /// The token written.
         token: i64,
         /// Its fate.

@@ -54,6 +54,8 @@ pub struct Summary {
     pub failover_ms: Vec<u64>,
     /// Resign to successor elected, ms.
     pub handover_ms: Vec<u64>,
+    /// Names whose lock history was found linearizable, or undecided.
+    pub lock_histories: crate::check::LockHistories,
 }
 
 /// What a campaign's summary takes from a run's history: its faults by
@@ -127,6 +129,8 @@ impl Summary {
         self.herd_permille.extend(r.verdict.herd_permille);
         self.failover_ms.extend(&r.verdict.failover_ms);
         self.handover_ms.extend(&r.verdict.handover_ms);
+        self.lock_histories.linearizable += r.verdict.lock_histories.linearizable;
+        self.lock_histories.undecided += r.verdict.lock_histories.undecided;
         if r.passed() {
             return None;
         }
@@ -158,6 +162,15 @@ impl Summary {
             format!("{} / {}", self.stops.0, self.stops.1)
         );
         let _ = writeln!(out, "{:<34} {:>14}", "invariant checks", self.checks);
+        let _ = writeln!(
+            out,
+            "{:<34} {:>14}",
+            "lock histories linear / undecided",
+            format!(
+                "{} / {}",
+                self.lock_histories.linearizable, self.lock_histories.undecided
+            )
+        );
         let _ = writeln!(
             out,
             "{:<34} {:>14}",

@@ -41,7 +41,7 @@ const SESSION_CLOSED: &str = "the session was closed";
 /// The loss `lost()` reports for a deleted key.
 const KEY_DELETED: &str = "its key was deleted";
 /// What the harness records for `lost()` returning `None`.
-const RESIGNED: &str = "resigned";
+pub(super) const RESIGNED: &str = "resigned";
 
 /// A queue's leader as compared: key, create revision, value.
 type Oldest = Option<(String, i64, Vec<u8>)>;
@@ -175,6 +175,7 @@ pub(super) fn check(
                 token,
                 outcome: crate::history::WriteOutcome::Applied,
                 leads: false,
+                ..
             } if calm(at, at) => {
                 v.checks += 1;
                 v.violate(

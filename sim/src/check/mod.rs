@@ -40,6 +40,7 @@ pub mod elections;
 mod heals;
 mod hosts;
 mod leases;
+mod lock_history;
 mod lost_leases;
 pub mod observe;
 mod verdict;
@@ -47,6 +48,7 @@ pub mod watchers;
 
 pub use heals::{HERD_BOUND_PERMILLE, HERD_FLEET, HERD_WINDOW_MS, RETURN_WINDOW_MS};
 pub(crate) use leases::{expiry_deadline, leader_windows, lease_log};
+pub use lock_history::LockHistories;
 pub use verdict::{Invariant, Verdict, Violation};
 
 use self::heals::{heal_times, herd, peak_grants, Healers};
@@ -87,6 +89,7 @@ pub fn check(case: &Case, history: &History) -> Verdict {
     crate::check::watchers::watchers(history, case.ttls.len(), heal_at, stop_all_at, &mut v);
     if !case.contenders.is_empty() {
         crate::check::elections::check(case, history, &mut v);
+        lock_history::check(history, &mut v);
     }
     // Only fleets large enough for a herd to mean something.
     if case.ttls.len() >= 5 {

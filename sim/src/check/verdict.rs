@@ -118,6 +118,10 @@ pub enum Invariant {
     TryWinsEmptyQueue,
     /// An undisturbed `close()` returned `Ok` with the session's lease alive.
     CloseRevokes,
+    /// No order of a name's client-visible operations (elections,
+    /// releases, fenced writes, leader reads), each taking effect between
+    /// its call and its return, is a run of a sequential fenced lock.
+    LockLinearizable,
     /// A returning fleet of 100 or more hosts sent more than
     /// [`HERD_BOUND_PERMILLE`] of its heal requests within
     /// [`HERD_WINDOW_MS`]: a thundering herd.
@@ -175,6 +179,8 @@ pub struct Verdict {
     pub failover_ms: Vec<u64>,
     /// Resign to the successor elected, ms.
     pub handover_ms: Vec<u64>,
+    /// The names whose lock history was found linearizable, or undecided.
+    pub lock_histories: super::lock_history::LockHistories,
 }
 
 impl Verdict {

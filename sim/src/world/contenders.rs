@@ -428,12 +428,14 @@ impl Loop {
                 }],
                 failure: Vec::new(),
             };
+            let since_ms = self.w.now();
             let outcome = match leadership.txn(write).await {
                 Ok(_) => WriteOutcome::Applied,
                 Err(Error::NotLeader) => WriteOutcome::NotLeader,
                 Err(_) => WriteOutcome::Failed,
             };
             self.record(ContenderEvent::Write {
+                since_ms,
                 token: token.0,
                 outcome,
                 leads,
