@@ -202,3 +202,56 @@ fn a_campaign_failing_with_its_key_deleted_needs_etcd_to_have_deleted_it() {
         1
     );
 }
+
+/// The `WatcherSound` violations of watcher 0 delivering `events`.
+fn unsound(events: Vec<(u64, crate::history::WatcherEventRecord)>) -> Vec<String> {
+    let records = events
+        .into_iter()
+        .map(|(at, event)| record(at, Entry::WatcherEvent { watcher: 0, event }))
+        .collect();
+    let mut v = Verdict::default();
+    crate::check::watchers::watchers(&History { records }, 1, None, None, &mut v);
+    v.violations
+        .iter()
+        .filter(|x| x.invariant == Invariant::WatcherSound)
+        .map(|x| x.detail.clone())
+        .collect()
+}
+
+#[test]
+fn an_updated_that_repeats_the_record_it_replaces_is_unsound() {
+    use crate::history::{SeenRecord, WatcherEventKind, WatcherEventRecord};
+    let put = |mod_revision: i64| SeenRecord {
+        mod_revision,
+        lease: 7,
+        raw: b"{}".to_vec(),
+    };
+    let event =
+        |kind, revision, record: SeenRecord, previous: Option<SeenRecord>| WatcherEventRecord {
+            kind,
+            host: Some("host-0".into()),
+            mod_revision: Some(record.mod_revision),
+            revision,
+            record: Some(record),
+            previous,
+        };
+    let up = (10, event(WatcherEventKind::Up, 5, put(5), None));
+    let updated = (
+        20,
+        event(WatcherEventKind::Updated, 6, put(6), Some(put(5))),
+    );
+    assert_eq!(
+        unsound(vec![up.clone(), updated.clone()]),
+        Vec::<String>::new()
+    );
+    let replayed = (
+        30,
+        event(WatcherEventKind::Updated, 7, put(6), Some(put(6))),
+    );
+    let found = unsound(vec![up, updated, replayed]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("repeats the record it replaces"),
+        "{found:?}"
+    );
+}

@@ -473,6 +473,22 @@ pub(crate) fn watchers(
                         ),
                     );
                 }
+                // Unique: an `Updated` always brings a record other than
+                // the one it replaces (a replayed put brings none).
+                if event.kind == WatcherEventKind::Updated {
+                    v.checks += 1;
+                    if event.record.is_some() && event.record == event.previous {
+                        v.violate(
+                            Invariant::WatcherSound,
+                            r.at_ms,
+                            None,
+                            format!(
+                                "watcher {w}: Updated for {host} repeats the record it replaces, {:?}",
+                                event.record
+                            ),
+                        );
+                    }
+                }
                 if let Some(problem) = check_record(r.at_ms, index, event, &mut records[w], &puts) {
                     v.checks += 1;
                     v.violate(
