@@ -265,6 +265,10 @@ pub enum WriteOutcome {
     Failed,
 }
 
+/// What the harness records as the loss of a leadership whose `lost()`
+/// returned `None` (it resigned).
+pub const RESIGNED: &str = "resigned";
+
 /// What an election or lock process did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ContenderEvent {

@@ -34,14 +34,12 @@ use std::collections::BTreeMap;
 
 use crate::check::contenders::{disturbances, owner, prompt, undisturbed, ContenderEvents};
 use crate::check::{lease_log, Invariant, Verdict};
-use crate::history::{Aftermath, ContenderEvent, Entry, History, LogEntry};
+use crate::history::{Aftermath, ContenderEvent, Entry, History, LogEntry, RESIGNED};
 
 /// The loss `lost()` reports for a closed session.
 const SESSION_CLOSED: &str = "the session was closed";
 /// The loss `lost()` reports for a deleted key.
 const KEY_DELETED: &str = "its key was deleted";
-/// What the harness records for `lost()` returning `None`.
-pub(super) const RESIGNED: &str = "resigned";
 
 /// A queue's leader as compared: key, create revision, value.
 type Oldest = Option<(String, i64, Vec<u8>)>;

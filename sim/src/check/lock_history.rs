@@ -37,8 +37,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use super::verdict::{Invariant, Verdict};
-use crate::history::{ContenderEvent, Entry, History, WriteOutcome};
+use super::verdict::{Invariant, LockHistories, Verdict};
+use crate::history::{ContenderEvent, Entry, History, WriteOutcome, RESIGNED};
 
 /// Most search steps for one name's history; beyond, it is undecided.
 pub const STEP_BUDGET: u64 = 2_000_000;
@@ -49,15 +49,6 @@ const PENDING: u64 = u64::MAX;
 
 /// One key incarnation that may hold a name: (key, token).
 type Incarnation = (String, i64);
-
-/// What the lock histories' checks of a run came to, counted in names.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LockHistories {
-    /// Names whose history some legal order explains.
-    pub linearizable: u64,
-    /// Names whose search ran past [`STEP_BUDGET`].
-    pub undecided: u64,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum OpKind {
@@ -279,7 +270,7 @@ fn histories(history: &History) -> BTreeMap<&str, NameHistory> {
             }
             ContenderEvent::Resigned { ok, after } => {
                 if let Some((_, release)) = stream.holding.take() {
-                    if *ok && after.loss.as_deref() == Some(super::api::RESIGNED) {
+                    if *ok && after.loss.as_deref() == Some(RESIGNED) {
                         h.ops[release].ret = at;
                     }
                 }

@@ -48,8 +48,7 @@ pub mod watchers;
 
 pub use heals::{HERD_BOUND_PERMILLE, HERD_FLEET, HERD_WINDOW_MS, RETURN_WINDOW_MS};
 pub(crate) use leases::{expiry_deadline, leader_windows, lease_log};
-pub use lock_history::LockHistories;
-pub use verdict::{Invariant, Verdict, Violation};
+pub use verdict::{Invariant, LockHistories, Verdict, Violation};
 
 use self::heals::{heal_times, herd, peak_grants, Healers};
 use self::hosts::{

@@ -180,7 +180,7 @@ pub struct Verdict {
     /// Resign to the successor elected, ms.
     pub handover_ms: Vec<u64>,
     /// The names whose lock history was found linearizable, or undecided.
-    pub lock_histories: super::lock_history::LockHistories,
+    pub lock_histories: LockHistories,
 }
 
 impl Verdict {
@@ -205,4 +205,13 @@ impl Verdict {
             });
         }
     }
+}
+
+/// What the lock histories' checks of a run came to, counted in names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LockHistories {
+    /// Names whose history some legal order explains.
+    pub linearizable: u64,
+    /// Names whose search ran past the lock history check's step budget.
+    pub undecided: u64,
 }

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::etcd::server::EtcdState;
 use crate::faults::schedule::{Case, ContenderKind, ContenderSpec};
-use crate::history::{client_id, resource_key};
+use crate::history::{client_id, resource_key, RESIGNED};
 use crate::history::{
     Aftermath, CampaignMode, Condition, ContenderEvent, ContenderSample, Entry, WriteOutcome,
 };
@@ -145,7 +145,7 @@ async fn aftermath(leads: bool, probe: &LeaderProbe) -> Aftermath {
             probe
                 .lost()
                 .await
-                .map_or("resigned".into(), |l| l.to_string()),
+                .map_or(RESIGNED.into(), |l| l.to_string()),
         )
     } else {
         None
@@ -448,9 +448,7 @@ impl Loop {
             End::Lost(reason) => {
                 let after = aftermath(leadership.is_leader(), &probe).await;
                 self.record(ContenderEvent::Lost {
-                    reason: reason
-                        .as_ref()
-                        .map_or("resigned".into(), ToString::to_string),
+                    reason: reason.as_ref().map_or(RESIGNED.into(), ToString::to_string),
                     after,
                 });
             }
