@@ -4,6 +4,7 @@
 //! [`client`] that implements coord's `EtcdApi` over it.
 
 pub mod client;
+mod convert;
 pub mod hooks;
 pub mod model;
 pub mod server;
