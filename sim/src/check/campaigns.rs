@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::contenders::{owner, prompt, undisturbed, ContenderEvents};
+use super::contenders::{during, owner, prompt, undisturbed, ContenderEvents};
 use super::verdict::{Invariant, Verdict};
 use crate::faults::schedule::{Case, Direction, Fault, Target};
 use crate::history::{ContenderEvent, ContenderSample, Entry, History, LogEntry};
@@ -156,10 +156,8 @@ pub(super) fn losing_tries_write_nothing(
                 };
                 v.checks += 1;
                 let prefix = format!("{name}/");
-                let created = log.iter().filter(|e| {
+                let created = during(log, start, r.at_ms).iter().filter(|e| {
                     e.present
-                        && e.at_ms >= start
-                        && e.at_ms <= r.at_ms
                         && e.key.starts_with(&prefix)
                         && e.create_revision == e.revision
                         && owner(owners, e.lease) == Some(*contender)

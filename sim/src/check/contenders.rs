@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::bounds::ms;
 use crate::faults::schedule::{Fault, Target};
-use crate::history::{contender_of, ContenderEvent, Entry, History};
+use crate::history::{contender_of, ContenderEvent, Entry, History, LogEntry};
 
 /// A request timeout plus a second for watch delivery: how soon an
 /// undisturbed process learns of a change to its queue.
@@ -146,4 +146,12 @@ impl<'a> ContenderEvents<'a> {
             .into_iter()
             .flat_map(|events| events.iter().copied())
     }
+}
+
+/// The entries of etcd's log (in the order etcd made them, so by time)
+/// made from `from` to `to` ms, both included.
+pub(super) fn during(log: &[LogEntry], from: u64, to: u64) -> &[LogEntry] {
+    let start = log.partition_point(|e| e.at_ms < from);
+    let end = log.partition_point(|e| e.at_ms <= to).max(start);
+    &log[start..end]
 }

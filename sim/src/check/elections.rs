@@ -56,7 +56,7 @@ use super::campaigns::{
     session_lease_lives, withdrawn_leave_no_key,
 };
 use super::contenders::{
-    disturbances, owner, prompt, settle, undisturbed, ContenderEvents, SUCCESSION_MS,
+    disturbances, during, owner, prompt, settle, undisturbed, ContenderEvents, SUCCESSION_MS,
 };
 use super::deletions::{deletions, Deletions};
 use super::verdict::{Invariant, Verdict};
@@ -68,11 +68,11 @@ use crate::history::{
 
 /// Checks every election invariant of `case` and adds to `v`.
 pub fn check(case: &Case, history: &History, v: &mut Verdict) {
-    let log: Vec<LogEntry> = history
+    let log: &[LogEntry] = history
         .records
         .iter()
         .find_map(|r| match &r.what {
-            Entry::ElectionLog(l) => Some(l.clone()),
+            Entry::ElectionLog(l) => Some(l.as_slice()),
             _ => None,
         })
         .unwrap_or_default();
@@ -101,25 +101,25 @@ pub fn check(case: &Case, history: &History, v: &mut Verdict) {
         })
         .collect();
     let events = ContenderEvents::new(history);
-    let deleted = deletions(&log);
+    let deleted = deletions(log);
     one_leader_and_beliefs(case, &deleted, &disturbed, &samples, v);
-    elected_records(history, &log, v);
+    elected_records(history, log, v);
     campaigns_fail_only_when_lost(history, v);
-    prompt_succession(case, &events, &log, &owners, &disturbed, v);
-    fenced(&log, v);
+    prompt_succession(case, &events, log, &owners, &disturbed, v);
+    fenced(log, v);
     if let Some(heal) = heal_at {
         leader_after_heal(case, history, heal, stop_at, v);
     }
-    no_zombie(history, &events, &log, &owners, &disturbed, v);
-    withdrawn_leave_no_key(history, &events, &log, &disturbed, v);
-    losing_tries_write_nothing(history, &log, &owners, &disturbed, v);
+    no_zombie(history, &events, log, &owners, &disturbed, v);
+    withdrawn_leave_no_key(history, &events, log, &disturbed, v);
+    losing_tries_write_nothing(history, log, &owners, &disturbed, v);
     one_lease(case, history, &disturbed, &samples, v);
     loss_reported(history, &samples, v);
     session_lease_lives(case, history, &owners, &samples, &disturbed, v);
     super::lost_leases::lost_leases_retired(history, &deleted, &samples, v);
-    latencies(case, history, &log, &owners, &disturbed, &samples, v);
-    crate::check::observe::check(case, history, &log, v);
-    crate::check::api::check(history, &events, &log, &owners, case.contenders.len(), v);
+    latencies(case, history, log, &owners, &disturbed, &samples, v);
+    crate::check::observe::check(case, history, log, v);
+    crate::check::api::check(history, &events, log, &owners, case.contenders.len(), v);
 }
 
 /// etcd's log replayed from its start to an instant: the keys live then
@@ -305,13 +305,9 @@ pub(super) fn prompt_succession(
             continue;
         }
         // `K` still there when due (the same incarnation).
-        let gone = log.iter().any(|x| {
-            !x.present
-                && x.key == key
-                && x.create_revision == token
-                && x.at_ms <= due
-                && x.at_ms >= put_at
-        });
+        let gone = during(log, put_at, due)
+            .iter()
+            .any(|x| !x.present && x.key == key && x.create_revision == token);
         if gone {
             continue;
         }
