@@ -9,7 +9,7 @@
 //! - **converges**: just before everyone is stopped, every observer reports
 //!   the leader etcd has had for the last second;
 //! - **prompt**: a change of leader is reported within
-//!   [`SUCCESSION_MS`] by every observer whose process and etcd were
+//!   `SUCCESSION_MS` by every observer whose process and etcd were
 //!   undisturbed (each disturbance's catch-up bound passed, as for the
 //!   host watchers).
 

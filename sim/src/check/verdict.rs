@@ -54,7 +54,7 @@ pub enum Invariant {
     /// was still in etcd.
     ElectionRecords,
     /// A waiter whose key became its name's oldest, undisturbed, did not
-    /// report itself elected within [`SUCCESSION_MS`](crate::check::elections::SUCCESSION_MS).
+    /// report itself elected within `SUCCESSION_MS`.
     PromptSuccession,
     /// A campaign failed with an error that is not a loss (its key or
     /// lease gone): etcd answered or the process was cut off, so only a
@@ -93,7 +93,7 @@ pub enum Invariant {
     /// An observer's last report was not etcd's settled leader.
     ObserverConverges,
     /// An undisturbed observer reported a change of leader later than
-    /// [`SUCCESSION_MS`](crate::check::elections::SUCCESSION_MS).
+    /// `SUCCESSION_MS`.
     ObserverPrompt,
     /// A leadership's `is_leader()` or `has_ended()` contradicted its state:
     /// not leading when just elected undisturbed, ended when just elected,
@@ -123,8 +123,8 @@ pub enum Invariant {
     /// its call and its return, is a run of a sequential fenced lock.
     LockLinearizable,
     /// A returning fleet of 100 or more hosts sent more than
-    /// [`HERD_BOUND_PERMILLE`] of its heal requests within
-    /// [`HERD_WINDOW_MS`]: a thundering herd.
+    /// [`HERD_BOUND_PERMILLE`](crate::check::HERD_BOUND_PERMILLE) of its heal requests within
+    /// [`HERD_WINDOW_MS`](crate::check::HERD_WINDOW_MS): a thundering herd.
     HerdSpread,
 }
 
@@ -173,7 +173,7 @@ pub struct Verdict {
     pub peak_grant_pct: Option<u64>,
     /// The densest herd of the run (fleets of 100 or more hosts): the
     /// largest share, per mille, of a returning fleet's grants and
-    /// keep-alive opens sent within [`HERD_WINDOW_MS`].
+    /// keep-alive opens sent within [`HERD_WINDOW_MS`](crate::check::HERD_WINDOW_MS).
     pub herd_permille: Option<u64>,
     /// A leader's process crashed to a successor leading, minus its TTL, ms.
     pub failover_ms: Vec<u64>,

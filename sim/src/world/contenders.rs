@@ -1,5 +1,5 @@
 //! Election, lock and pool processes in the simulation: each runs the real
-//! driver (`Election`, `Mutex`, `ElectionPool`) over [`SimEtcd`], campaigns
+//! driver (`Election`, `Mutex`, `ElectionPool`) over [`SimEtcd`](crate::etcd::client::SimEtcd), campaigns
 //! in a loop (waiting, trying, or waiting with a timeout that withdraws),
 //! holds for a while writing to a fenced resource through the guarded
 //! transaction, then resigns, unless it loses its leadership first. The
