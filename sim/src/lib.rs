@@ -32,5 +32,9 @@ pub mod report;
 #[cfg(madsim)]
 pub mod run;
 
+// Built on the etcd model alone: the simulator offered to users' own tests.
+#[cfg(madsim)]
+pub mod testkit;
+
 #[cfg(all(madsim, test))]
 mod driver_tests;

@@ -73,7 +73,8 @@ pub fn run_case_with<W: Variant>(case: &Case, wrap: W) -> CaseResult {
     }
 }
 
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+/// What a panic said, as "panic: MESSAGE".
+pub(crate) fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panic: {s}")
     } else if let Some(s) = p.downcast_ref::<String>() {
