@@ -516,7 +516,41 @@ pub struct History {
     pub records: Vec<Record>,
 }
 
+/// One event of an election or lock process, as recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct ContenderRecord<'a> {
+    /// Virtual ms.
+    pub at_ms: u64,
+    /// The process.
+    pub contender: usize,
+    /// Its incarnation (bumped by every restart).
+    pub incarnation: u64,
+    /// The election or lock's name.
+    pub name: &'a str,
+    /// What it did.
+    pub event: &'a ContenderEvent,
+}
+
 impl History {
+    /// Every event of the election and lock processes, in order.
+    pub fn contender_events(&self) -> impl Iterator<Item = ContenderRecord<'_>> {
+        self.records.iter().filter_map(|r| match &r.what {
+            Entry::Contender {
+                contender,
+                incarnation,
+                name,
+                event,
+            } => Some(ContenderRecord {
+                at_ms: r.at_ms,
+                contender: *contender,
+                incarnation: *incarnation,
+                name,
+                event,
+            }),
+            _ => None,
+        })
+    }
+
     /// The key an outside delete or revoke removed at `at_ms` (recorded
     /// with its fault), and its lease.
     pub fn removed_outside_at(&self, at_ms: u64) -> Option<(&str, i64)> {

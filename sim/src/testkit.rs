@@ -412,47 +412,56 @@ impl Cluster {
     /// SIGSTOP does, until [`Cluster::resume`] or [`Cluster::heal`]. A
     /// crashed or paused node is left as it is.
     pub fn pause(&self, node: &Node) {
-        let mut nodes = self.nodes();
-        if let Some(n) = nodes.get_mut(node.0) {
-            if n.condition == Condition::Running {
-                n.condition = Condition::Paused;
-                Handle::current().pause(n.id);
-            }
-        }
+        self.shift(
+            node,
+            |c| c == Condition::Running,
+            Condition::Paused,
+            |h, id| h.pause(id),
+        );
     }
 
     /// Lets a paused `node` run on from where it stood.
     pub fn resume(&self, node: &Node) {
-        let mut nodes = self.nodes();
-        if let Some(n) = nodes.get_mut(node.0) {
-            if n.condition == Condition::Paused {
-                n.condition = Condition::Running;
-                Handle::current().resume(n.id);
-            }
-        }
+        self.shift(
+            node,
+            |c| c == Condition::Paused,
+            Condition::Running,
+            |h, id| h.resume(id),
+        );
     }
 
     /// Kills `node` at once, as kill -9 does: its tasks stop, nothing is
     /// cleaned up, its leases are left to expire. [`Cluster::restart`]
     /// starts its code again.
     pub fn crash(&self, node: &Node) {
-        let mut nodes = self.nodes();
-        if let Some(n) = nodes.get_mut(node.0) {
-            if n.condition != Condition::Crashed {
-                n.condition = Condition::Crashed;
-                Handle::current().kill(n.id);
-            }
-        }
+        self.shift(
+            node,
+            |c| c != Condition::Crashed,
+            Condition::Crashed,
+            |h, id| h.kill(id),
+        );
     }
 
     /// Starts `node`'s code again, with a new client, whether it crashed
     /// or not (a running node is killed first, as a restart by a
     /// supervisor would).
     pub fn restart(&self, node: &Node) {
+        self.shift(node, |_| true, Condition::Running, |h, id| h.restart(id));
+    }
+
+    /// Moves `node` to `to`, doing `act` to its madsim node, if `from`
+    /// accepts the condition it is in.
+    fn shift(
+        &self,
+        node: &Node,
+        from: fn(Condition) -> bool,
+        to: Condition,
+        act: fn(&Handle, NodeId),
+    ) {
         let mut nodes = self.nodes();
-        if let Some(n) = nodes.get_mut(node.0) {
-            n.condition = Condition::Running;
-            Handle::current().restart(n.id);
+        if let Some(n) = nodes.get_mut(node.0).filter(|n| from(n.condition)) {
+            n.condition = to;
+            act(&Handle::current(), n.id);
         }
     }
 

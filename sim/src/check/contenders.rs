@@ -116,20 +116,12 @@ type ByName<'a> = BTreeMap<&'a str, Vec<(u64, &'a ContenderEvent)>>;
 impl<'a> ContenderEvents<'a> {
     pub(super) fn new(history: &'a History) -> Self {
         let mut by: BTreeMap<usize, ByName<'a>> = BTreeMap::new();
-        for r in &history.records {
-            if let Entry::Contender {
-                contender,
-                name,
-                event,
-                ..
-            } = &r.what
-            {
-                by.entry(*contender)
-                    .or_default()
-                    .entry(name.as_str())
-                    .or_default()
-                    .push((r.at_ms, event));
-            }
+        for r in history.contender_events() {
+            by.entry(r.contender)
+                .or_default()
+                .entry(r.name)
+                .or_default()
+                .push((r.at_ms, r.event));
         }
         ContenderEvents { by }
     }

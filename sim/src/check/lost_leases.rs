@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::deletions::Deletions;
 use super::verdict::{Invariant, Verdict};
-use crate::history::{ContenderEvent, ContenderSample, Entry, History};
+use crate::history::{ContenderEvent, ContenderSample, History};
 
 /// The text every loss of a session's lease starts with (`Loss`'s
 /// display, before its reason).
@@ -39,18 +39,9 @@ fn lost_leaderships(history: &History) -> Vec<LostLeadership<'_>> {
     // The last `Elected` of each (contender, incarnation, name).
     let mut elected: BTreeMap<(usize, u64, &str), (i64, &str, i64)> = BTreeMap::new();
     let mut out = Vec::new();
-    for r in &history.records {
-        let Entry::Contender {
-            contender,
-            incarnation,
-            name,
-            event,
-        } = &r.what
-        else {
-            continue;
-        };
-        let at = (*contender, *incarnation, name.as_str());
-        match event {
+    for r in history.contender_events() {
+        let at = (r.contender, r.incarnation, r.name);
+        match r.event {
             ContenderEvent::Elected {
                 lease, key, token, ..
             } => {
@@ -60,7 +51,7 @@ fn lost_leaderships(history: &History) -> Vec<LostLeadership<'_>> {
                 if let Some((lease, key, token)) = elected.remove(&at) {
                     out.push(LostLeadership {
                         at: r.at_ms,
-                        contender: *contender,
+                        contender: r.contender,
                         lease,
                         key,
                         token,
@@ -90,14 +81,9 @@ pub(super) fn lost_leases_retired(
     let end = history.records.last().map_or(0, |r| r.at_ms);
     // Every `Elected`: (when, contender, lease).
     let elections: Vec<(u64, usize, i64)> = history
-        .records
-        .iter()
-        .filter_map(|r| match &r.what {
-            Entry::Contender {
-                contender,
-                event: ContenderEvent::Elected { lease, .. },
-                ..
-            } => Some((r.at_ms, *contender, *lease)),
+        .contender_events()
+        .filter_map(|r| match r.event {
+            ContenderEvent::Elected { lease, .. } => Some((r.at_ms, r.contender, *lease)),
             _ => None,
         })
         .collect();
