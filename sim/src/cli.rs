@@ -6,7 +6,7 @@ use clap::Parser;
 
 /// The newest schedule generator (`Generator::default().number()`; the
 /// launcher parses flags before the simulator is built, so it cannot ask).
-pub const NEWEST_GENERATOR: u8 = 9;
+pub const NEWEST_GENERATOR: u8 = 10;
 
 /// Deterministic simulation of coord under faults: runs the real core and
 /// driver under madsim against a model of etcd, with generated fault

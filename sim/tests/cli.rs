@@ -36,7 +36,7 @@ fn bad_flags_are_refused_with_usage_and_exit_two() {
         &["--hosts", "0"][..],
         &["--hosts", "1001"],
         &["--seeds", "many"],
-        &["--generator", "10"],
+        &["--generator", "11"],
         &["--no-such-flag"],
     ] {
         let out = sim(args);

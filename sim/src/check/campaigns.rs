@@ -241,7 +241,7 @@ pub(super) fn lossy(history: &History, c: usize) -> Vec<(u64, u64)> {
         |what| {
             matches!(what, Entry::Fault(Fault::Partition {
                 target: Target::Contender(contender),
-                direction: Direction::FromEtcd | Direction::Both,
+                direction: Direction::FromEtcd | Direction::Both | Direction::Late { .. },
                 ..
             }) if *contender == c)
         },

@@ -78,7 +78,7 @@ impl Healers {
             mutes: |w| match w {
                 Entry::Fault(Fault::Partition {
                     target: Target::Host(host),
-                    direction: Direction::FromEtcd | Direction::Both,
+                    direction: Direction::FromEtcd | Direction::Both | Direction::Late { .. },
                     ..
                 }) => Some(*host),
                 _ => None,
@@ -140,7 +140,7 @@ impl Healers {
             mutes: |w| match w {
                 Entry::Fault(Fault::Partition {
                     target: Target::Contender(contender),
-                    direction: Direction::FromEtcd | Direction::Both,
+                    direction: Direction::FromEtcd | Direction::Both | Direction::Late { .. },
                     ..
                 }) => Some(*contender),
                 _ => None,

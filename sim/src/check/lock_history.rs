@@ -16,8 +16,10 @@
 //! - **release** (of each elected leadership, from its campaign's start,
 //!   as it may end before its `Elected` is reported): legal
 //!   while it holds; it is free then. Confirmed by a `resign()` that
-//!   returned `Ok` ending the leadership as resigned (it happened by
-//!   then); otherwise it may happen at any time or never (a lease may
+//!   returned `Ok` ending the leadership as resigned while its process
+//!   and etcd were undisturbed (it happened by then: a disturbed resign
+//!   may return once the session's lease is lost, its key left to expire
+//!   with it); otherwise it may happen at any time or never (a lease may
 //!   expire, a drop releases in the background, a crash leaves it to the
 //!   TTL);
 //! - **fenced write** (from its send to its answer): applied, legal while
@@ -37,8 +39,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::contenders::{disturbances, undisturbed};
 use super::verdict::{Invariant, LockHistories, Verdict};
-use crate::history::{ContenderEvent, Entry, History, WriteOutcome, RESIGNED};
+use crate::history::{ContenderEvent, ContenderRecord, History, WriteOutcome, RESIGNED};
 
 /// Most search steps for one name's history; beyond, it is undecided.
 pub const STEP_BUDGET: u64 = 2_000_000;
@@ -202,7 +205,11 @@ fn histories(history: &History) -> BTreeMap<&str, NameHistory> {
         started: Option<u64>,
         /// The leadership held: its incarnation and its release's op.
         holding: Option<(usize, usize)>,
+        /// When its resign began.
+        resigning: Option<u64>,
     }
+    // Each contender's disturbances, looked up as its resigns return.
+    let mut disturbed: BTreeMap<usize, Vec<(u64, u64)>> = BTreeMap::new();
     let mut names: BTreeMap<&str, NameHistory> = BTreeMap::new();
     let mut streams: BTreeMap<(usize, u64, &str), Stream> = BTreeMap::new();
     /// A leader read, kept to resolve once every election is known.
@@ -212,32 +219,27 @@ fn histories(history: &History) -> BTreeMap<&str, NameHistory> {
         leader: Option<(&'h str, i64)>,
     }
     let mut reads: Vec<Read> = Vec::new();
-    for r in &history.records {
-        let Entry::Contender {
-            contender,
-            incarnation,
-            name,
-            event,
-        } = &r.what
-        else {
-            continue;
-        };
-        let at = r.at_ms;
-        let c = Some(*contender);
-        let h = names.entry(name.as_str()).or_default();
-        let stream = streams
-            .entry((*contender, *incarnation, name.as_str()))
-            .or_default();
+    for ContenderRecord {
+        at_ms: at,
+        contender,
+        incarnation,
+        name,
+        event,
+    } in history.contender_events()
+    {
+        let c = Some(contender);
+        let h = names.entry(name).or_default();
+        let stream = streams.entry((contender, incarnation, name)).or_default();
         match event {
             ContenderEvent::Started { .. } => {
                 *stream = Stream {
                     started: Some(at),
-                    holding: None,
+                    ..Stream::default()
                 };
             }
             ContenderEvent::Elected { token, key, .. } => {
                 let call = stream.started.unwrap_or(at);
-                stream.holding = Some(h.elected(key, *token, (call, at), *contender));
+                stream.holding = Some(h.elected(key, *token, (call, at), contender));
             }
             ContenderEvent::Write {
                 since_ms, outcome, ..
@@ -258,7 +260,7 @@ fn histories(history: &History) -> BTreeMap<&str, NameHistory> {
             }
             ContenderEvent::LeaderRead { since_ms, leader } => {
                 reads.push(Read {
-                    name: name.as_str(),
+                    name,
                     op: Op {
                         call: *since_ms,
                         ret: at,
@@ -268,9 +270,17 @@ fn histories(history: &History) -> BTreeMap<&str, NameHistory> {
                     leader: leader.as_ref().map(|(k, t, _)| (k.as_str(), *t)),
                 });
             }
+            ContenderEvent::Resigning => stream.resigning = Some(at),
             ContenderEvent::Resigned { ok, after } => {
+                let since = stream.resigning.take().unwrap_or(at);
                 if let Some((_, release)) = stream.holding.take() {
-                    if *ok && after.loss.as_deref() == Some(RESIGNED) {
+                    let mut calm = || {
+                        let d = disturbed
+                            .entry(contender)
+                            .or_insert_with(|| disturbances(history, contender));
+                        undisturbed(d, since, at)
+                    };
+                    if *ok && after.loss.as_deref() == Some(RESIGNED) && calm() {
                         h.ops[release].ret = at;
                     }
                 }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::history::{Aftermath, CampaignMode, Record};
+use crate::history::{Aftermath, CampaignMode, Entry, Record};
 
 /// A script of one name's contender events: (at, contender, event).
 struct Script(Vec<Record>);
@@ -19,6 +19,12 @@ impl Script {
                 event,
             },
         });
+        self
+    }
+
+    /// Something else the harness recorded at `at_ms` (a fault).
+    fn harness(mut self, at_ms: u64, what: Entry) -> Self {
+        self.0.push(Record { at_ms, what });
         self
     }
 
@@ -260,6 +266,27 @@ fn a_confirmed_resign_leaves_no_leader_to_read() {
             .elected(10, 0, "e/a", 5)
             .resigned((20, 25), 0)
             .read((30, 35), 1, Some(("e/a", 5))),
+    );
+}
+
+#[test]
+fn a_resign_returning_while_cut_off_leaves_the_key_to_its_lease() {
+    // Cut off, the resign returns once the session's lease is lost; the
+    // key stays in etcd until the lease expires there, and is read.
+    use crate::faults::schedule::{Direction, Fault, Target};
+    let cut = Fault::Partition {
+        target: Target::Contender(0),
+        direction: Direction::Both,
+        ms: 20_000,
+    };
+    linearizable(
+        Script::new()
+            .started(0, 0)
+            .elected(10, 0, "e/a", 5)
+            .harness(15, Entry::Fault(cut))
+            .resigned((20, 5_000), 0)
+            .read((6_000, 6_010), 1, Some(("e/a", 5)))
+            .harness(20_015, Entry::ContenderPartitionEnded { contender: 0 }),
     );
 }
 

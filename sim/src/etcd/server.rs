@@ -71,6 +71,9 @@ pub struct EtcdState {
     /// watch of that key from that address reaches a member one revision
     /// behind what its client has seen.
     pub lagging_watches: BTreeSet<(IpAddr, Vec<u8>)>,
+    /// Clients whose replies are sent late, by how much (ms): a slow link
+    /// or an overloaded member. Requests are applied on arrival.
+    pub late_replies: BTreeMap<IpAddr, u64>,
 }
 
 /// A member behind the others answers serializable reads until `until_ms`.
@@ -209,6 +212,7 @@ pub fn new_state() -> SharedEtcd {
         unanswered_joins: BTreeMap::new(),
         joins_unanswered: Vec::new(),
         lagging_watches: BTreeSet::new(),
+        late_replies: BTreeMap::new(),
     }))
 }
 
@@ -250,9 +254,10 @@ async fn serve_one(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
             continue;
         };
         let now = now_ms(start);
-        let (reply, drop_reply) = {
+        let (reply, drop_reply, late) = {
             let mut st = lock(&state);
             let drop_reply = now < st.drop_replies_until;
+            let late = st.late_replies.get(&from.ip()).copied();
             let reply = handle(&mut st, now, from, envelope.client, &envelope.request);
             let unanswered = matches!(reply, Answer::Unary(Reply::Txn(_)))
                 && st.takes_unanswered_join(now, envelope.client, &envelope.request);
@@ -261,22 +266,36 @@ async fn serve_one(state: SharedEtcd, ep: Endpoint, start: madsim::time::Instant
                 let _ = st.model.put(b"/coord-sim/after-join", b"", 0);
             }
             st.after_change(now);
-            (reply, drop_reply || unanswered)
+            (reply, drop_reply || unanswered, late)
         };
         if drop_reply {
             continue;
         }
-        match reply {
-            Answer::Unary(r) => {
-                let _ = ep.send_to_raw(from, envelope.reply_tag, Box::new(r)).await;
+        match late {
+            Some(delay_ms) => {
+                let ep = ep.clone();
+                madsim::task::spawn(async move {
+                    madsim::time::sleep(Duration::from_millis(delay_ms)).await;
+                    send(&ep, from, envelope.reply_tag, reply).await;
+                });
             }
-            Answer::Stream(tag, msgs) => {
-                for msg in msgs {
-                    let _ = ep.send_to_raw(from, tag, Box::new(msg)).await;
-                }
-            }
-            Answer::None => {}
+            None => send(&ep, from, envelope.reply_tag, reply).await,
         }
+    }
+}
+
+/// Sends `answer` to the client at `from` (a unary reply on `reply_tag`).
+async fn send(ep: &Endpoint, from: SocketAddr, reply_tag: u64, answer: Answer) {
+    match answer {
+        Answer::Unary(r) => {
+            let _ = ep.send_to_raw(from, reply_tag, Box::new(r)).await;
+        }
+        Answer::Stream(tag, msgs) => {
+            for msg in msgs {
+                let _ = ep.send_to_raw(from, tag, Box::new(msg)).await;
+            }
+        }
+        Answer::None => {}
     }
 }
 

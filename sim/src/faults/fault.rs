@@ -12,6 +12,12 @@ pub enum Direction {
     FromEtcd,
     /// Both.
     Both,
+    /// Replies to the process arrive `delay_ms` late (a slow link, an
+    /// overloaded member); its requests are applied at once.
+    Late {
+        /// How late each reply arrives, ms.
+        delay_ms: u64,
+    },
 }
 
 /// The process of the world a partition, pause or crash is done to.
@@ -151,6 +157,21 @@ pub enum Fault {
         /// Watcher index.
         watcher: usize,
     },
+    /// etcd's replies to a process arrive `delay_ms` late for `late_ms`
+    /// (its keep-alives renew its lease at once, their acknowledgements
+    /// come late), then the process is cut off both ways for `cut_ms`:
+    /// its lease expires in etcd by the last renewed keep-alive's send
+    /// time plus the TTL, which is all a client may count on.
+    LateRepliesThenCut {
+        /// Which process.
+        target: Target,
+        /// How late each reply arrives, ms.
+        delay_ms: u64,
+        /// For how long replies are late, ms.
+        late_ms: u64,
+        /// Then cut off for, ms.
+        cut_ms: u64,
+    },
 }
 
 impl Fault {
@@ -159,6 +180,15 @@ impl Fault {
         match self {
             Fault::LeaderChange { .. } => "leader change",
             Fault::Compact => "compaction",
+            Fault::Partition {
+                target,
+                direction: Direction::Late { .. },
+                ..
+            } => match target {
+                Target::Host(_) => "late replies",
+                Target::Watcher(_) => "watcher late replies",
+                Target::Contender(_) => "contender late replies",
+            },
             Fault::Partition { target, .. } => match target {
                 Target::Host(_) => "partition",
                 Target::Watcher(_) => "watcher partition",
@@ -185,6 +215,11 @@ impl Fault {
             Fault::ConsumerStall { .. } => "consumer stall",
             Fault::UnansweredJoin { .. } => "unanswered join",
             Fault::LaggingWatch { .. } => "lagging watch member",
+            Fault::LateRepliesThenCut { target, .. } => match target {
+                Target::Host(_) => "late replies then cut",
+                Target::Watcher(_) => "watcher late replies then cut",
+                Target::Contender(_) => "contender late replies then cut",
+            },
         }
     }
 
@@ -193,7 +228,8 @@ impl Fault {
         match self {
             Fault::Partition { target, .. }
             | Fault::Pause { target, .. }
-            | Fault::Crash { target, .. } => Some(target),
+            | Fault::Crash { target, .. }
+            | Fault::LateRepliesThenCut { target, .. } => Some(target),
             _ => None,
         }
     }
@@ -215,7 +251,8 @@ impl Fault {
         match self {
             Fault::Partition { target, .. }
             | Fault::Pause { target, .. }
-            | Fault::Crash { target, .. } => Some(*target),
+            | Fault::Crash { target, .. }
+            | Fault::LateRepliesThenCut { target, .. } => Some(*target),
             _ => None,
         }
     }
@@ -332,6 +369,20 @@ impl fmt::Debug for Fault {
                 .debug_struct("LaggingWatch")
                 .field("watcher", &watcher)
                 .finish(),
+            Fault::LateRepliesThenCut {
+                target,
+                delay_ms,
+                late_ms,
+                cut_ms,
+            } => {
+                let (field, i) = index(target);
+                f.debug_struct("LateRepliesThenCut")
+                    .field(field, &i)
+                    .field("delay_ms", &delay_ms)
+                    .field("late_ms", &late_ms)
+                    .field("cut_ms", &cut_ms)
+                    .finish()
+            }
         }
     }
 }

@@ -10,9 +10,9 @@ use crate::history::{Condition, Entry};
 
 use crate::etcd::hooks;
 use crate::etcd::server::{self, lock, EtcdState};
-use crate::faults::schedule::{Case, Fault, Target};
+use crate::faults::schedule::{Case, Direction, Fault, Target};
 
-use crate::world::fleet::{fleet, World};
+use crate::world::fleet::{fleet, target_ip, World};
 use crate::world::hosts::host_key;
 
 /// Does `fault` to the world now, and records it if it took effect (a
@@ -73,17 +73,59 @@ pub(crate) fn inject(w: &World, case: &Case, fault: &Fault) {
             fleet(&w.fleet)
                 .proc_mut(target)
                 .partition(w.etcd_node, direction);
+            if let Direction::Late { delay_ms } = direction {
+                lock(&w.etcd)
+                    .late_replies
+                    .insert(target_ip(target), delay_ms);
+            }
             let w2 = w.clone();
             madsim::task::spawn(async move {
                 sleep(Duration::from_millis(ms)).await;
-                let ended = fleet(&w2.fleet)
-                    .proc_mut(target)
-                    .end_partition(w2.etcd_node, direction);
+                let (ended, late) = {
+                    let mut f = fleet(&w2.fleet);
+                    let proc = f.proc_mut(target);
+                    (
+                        proc.end_partition(w2.etcd_node, direction),
+                        proc.replies_late(),
+                    )
+                };
+                if !late {
+                    lock(&w2.etcd).late_replies.remove(&target_ip(target));
+                }
                 if ended {
                     w2.record(Entry::partition_ended(target));
                 }
             });
             true
+        }
+        Fault::LateRepliesThenCut {
+            target,
+            delay_ms,
+            late_ms,
+            cut_ms,
+        } => {
+            let late = Fault::Partition {
+                target,
+                direction: Direction::Late { delay_ms },
+                ms: late_ms,
+            };
+            inject(w, case, &late);
+            let (w2, case) = (w.clone(), case.clone());
+            madsim::task::spawn(async move {
+                sleep(Duration::from_millis(late_ms)).await;
+                // Not into the heal.
+                if w2.now() >= case.phase1_ms {
+                    return;
+                }
+                let cut = Fault::Partition {
+                    target,
+                    direction: Direction::Both,
+                    ms: cut_ms,
+                };
+                inject(&w2, &case, &cut);
+            });
+            // Each of its two parts is recorded as it happens.
+            false
         }
         Fault::Pause { target, ms } => {
             let paused = fleet(&w.fleet).proc_mut(target).pause();
@@ -271,6 +313,7 @@ pub(crate) fn heal_all(w: &World) {
     st.stale_reads = None;
     st.unanswered_joins.clear();
     st.lagging_watches.clear();
+    st.late_replies.clear();
 }
 
 /// Heals every one of `targets` at once, then records what ended and

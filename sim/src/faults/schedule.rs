@@ -167,13 +167,18 @@ pub enum Generator {
     /// and contenders whose keep-alives reach etcd while its replies are
     /// lost for longer than their TTL (a session's lease lost while etcd
     /// still holds it). A calm case keeps its lagging watch members too.
-    #[default]
     V9,
+    /// V9's fault mix plus a host's or contender's replies arriving late
+    /// (its keep-alives acknowledged late) and then the process cut off:
+    /// a lease counted from an acknowledgement's arrival instead of its
+    /// keep-alive's send outlives etcd's.
+    #[default]
+    V10,
 }
 
 impl Generator {
     /// The newest generator: the default.
-    pub const NEWEST: Generator = Generator::V9;
+    pub const NEWEST: Generator = Generator::V10;
 
     /// Its version number (`--generator`).
     pub const fn number(self) -> u8 {
@@ -187,6 +192,7 @@ impl Generator {
             Generator::V7 => 7,
             Generator::V8 => 8,
             Generator::V9 => 9,
+            Generator::V10 => 10,
         }
     }
 
@@ -207,7 +213,8 @@ impl Generator {
             6 => Generator::V6,
             7 => Generator::V7,
             8 => Generator::V8,
-            _ => Generator::V9,
+            9 => Generator::V9,
+            _ => Generator::V10,
         }
     }
 }
@@ -220,18 +227,49 @@ fn fault(generator: Generator) -> BoxedStrategy<Fault> {
         Generator::V4 => fault_v4().boxed(),
         Generator::V5 => fault_v5().boxed(),
         Generator::V6 | Generator::V7 | Generator::V8 => fault_v6().boxed(),
-        Generator::V9 => prop_oneof![
-            15 => fault_v6(),
-            1 => (0usize..8).prop_map(|contender| Fault::UnansweredJoin { contender }),
-            1 => (0usize..WATCHERS).prop_map(|watcher| Fault::LaggingWatch { watcher }),
-            1 => (0usize..8, 3_000u64..16_000).prop_map(|(contender, ms)| Fault::Partition {
-                target: Target::Contender(contender),
-                direction: Direction::FromEtcd,
-                ms,
-            }),
+        Generator::V9 => fault_v9().boxed(),
+        Generator::V10 => prop_oneof![
+            18 => fault_v9(),
+            2 => late_replies_then_cut(),
         ]
         .boxed(),
     }
+}
+
+// V9 is frozen: its structure decides the values a seed yields.
+fn fault_v9() -> impl Strategy<Value = Fault> {
+    prop_oneof![
+        15 => fault_v6(),
+        1 => (0usize..8).prop_map(|contender| Fault::UnansweredJoin { contender }),
+        1 => (0usize..WATCHERS).prop_map(|watcher| Fault::LaggingWatch { watcher }),
+        1 => (0usize..8, 3_000u64..16_000).prop_map(|(contender, ms)| Fault::Partition {
+            target: Target::Contender(contender),
+            direction: Direction::FromEtcd,
+            ms,
+        }),
+    ]
+}
+
+/// A host's or contender's replies late by 0.3-1.5 s for 1-6 s, then the
+/// process cut off for 3-15 s (long enough for most TTLs to run out).
+fn late_replies_then_cut() -> impl Strategy<Value = Fault> {
+    (
+        prop_oneof![
+            (0usize..10).prop_map(Target::Host),
+            (0usize..8).prop_map(Target::Contender),
+        ],
+        300u64..1_500,
+        1_000u64..6_000,
+        3_000u64..15_000,
+    )
+        .prop_map(
+            |(target, delay_ms, late_ms, cut_ms)| Fault::LateRepliesThenCut {
+                target,
+                delay_ms,
+                late_ms,
+                cut_ms,
+            },
+        )
 }
 
 // V6 (V7 and V8 alike) is frozen: its structure decides the values a seed
@@ -481,7 +519,7 @@ pub fn cases_with(shape: Shape, generator: Generator) -> BoxedStrategy<Case> {
                 case
             })
             .boxed(),
-        Generator::V6 | Generator::V7 | Generator::V8 | Generator::V9 => (
+        Generator::V6 | Generator::V7 | Generator::V8 | Generator::V9 | Generator::V10 => (
             base,
             prop_oneof![contenders(), Just((Vec::new(), 0usize))],
             0u8..4,

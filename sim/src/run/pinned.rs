@@ -323,4 +323,28 @@ pub const PINNED: &[Pinned] = &[
         fingerprint: 0xff4f7566a0eb30e8,
         found: "an unanswered join taken for slow succession",
     },
+    // Found with generator V10 (late acknowledgements, then a cut).
+    // An election process cut off resigned: its resign returned once its
+    // session's lease was lost, the key left in etcd until the lease
+    // expired there, and read as leader meanwhile (checker bug: the lock
+    // history took any resign that returned Ok for a release by then; it
+    // now does so only for an undisturbed one, as the API check does).
+    Pinned {
+        seed: 874,
+        generator: Generator::V10,
+        fingerprint: 0xce1daf87ce2544a4,
+        found: "a resign returned while cut off taken for a release",
+    },
+    Pinned {
+        seed: 1308,
+        generator: Generator::V10,
+        fingerprint: 0x583ad486eadcbfe2,
+        found: "a resign returned while cut off taken for a release",
+    },
+    Pinned {
+        seed: 1915,
+        generator: Generator::V10,
+        fingerprint: 0x476750aaa0a7480d,
+        found: "a resign returned while cut off taken for a release",
+    },
 ];

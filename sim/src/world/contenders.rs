@@ -6,7 +6,6 @@
 //! observer samples every leadership from outside through its probe.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use coord::{
@@ -23,12 +22,7 @@ use crate::history::{client_id, resource_key, RESIGNED};
 use crate::history::{
     Aftermath, CampaignMode, Condition, ContenderEvent, ContenderSample, Entry, WriteOutcome,
 };
-use crate::world::fleet::{fleet, ContenderSlot, Proc, Variant, World};
-
-fn contender_ip(c: usize) -> IpAddr {
-    let last = u8::try_from(100 + c).unwrap_or(u8::MAX);
-    IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
-}
+use crate::world::fleet::{contender_ip, fleet, ContenderSlot, Proc, Variant, World};
 
 /// The options every contender's session uses: coord's defaults but its
 /// TTL, a seed per process, and retrying the first grant.

@@ -95,6 +95,21 @@ pub(crate) fn watcher_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
 }
 
+/// The address of election or lock process `c`.
+pub(crate) fn contender_ip(c: usize) -> IpAddr {
+    let last = u8::try_from(100 + c).unwrap_or(u8::MAX);
+    IpAddr::V4(Ipv4Addr::new(192, 0, 2, last))
+}
+
+/// The address of a process of the world.
+pub(crate) fn target_ip(target: Target) -> IpAddr {
+    match target {
+        Target::Host(i) => host_ip(i),
+        Target::Watcher(i) => watcher_ip(i),
+        Target::Contender(c) => contender_ip(c),
+    }
+}
+
 pub(crate) struct Slot {
     pub(crate) proc: Proc,
     pub(crate) status: Option<watch::Receiver<LivenessStatus>>,

@@ -1,6 +1,6 @@
 //! A simulated process (a host, a watcher, a contender) and the faults on
-//! it: partitions (counted, so overlapping ones end with the last), GC
-//! pauses and crashes.
+//! it: partitions and late replies (counted, so overlapping ones end with
+//! the last), GC pauses and crashes.
 
 use madsim::net::NetSim;
 use madsim::runtime::Handle;
@@ -15,6 +15,9 @@ pub(crate) struct Proc {
     pub(crate) condition: Condition,
     to_etcd: u32,
     from_etcd: u32,
+    /// Late-reply windows open (etcd's server delays the replies while
+    /// any is: the injector tells it).
+    late: u32,
     pauses: u32,
 }
 
@@ -25,6 +28,7 @@ impl Proc {
             condition: Condition::Alive,
             to_etcd: 0,
             from_etcd: 0,
+            late: 0,
             pauses: 0,
         }
     }
@@ -39,12 +43,20 @@ impl Proc {
             self.from_etcd += 1;
             net.clog_link(etcd, self.node);
         }
+        if let Direction::Late { .. } = direction {
+            self.late += 1;
+        }
+    }
+
+    /// Whether replies to the process are late now.
+    pub(crate) fn replies_late(&self) -> bool {
+        self.late > 0
     }
 
     /// Returns true when no partition remains after this one ends.
     pub(crate) fn end_partition(&mut self, etcd: NodeId, direction: Direction) -> bool {
         let net = NetSim::current();
-        let before = self.to_etcd + self.from_etcd;
+        let before = self.to_etcd + self.from_etcd + self.late;
         if matches!(direction, Direction::ToEtcd | Direction::Both) {
             self.to_etcd = self.to_etcd.saturating_sub(1);
             if self.to_etcd == 0 {
@@ -57,7 +69,10 @@ impl Proc {
                 net.unclog_link(etcd, self.node);
             }
         }
-        before > 0 && self.to_etcd + self.from_etcd == 0
+        if let Direction::Late { .. } = direction {
+            self.late = self.late.saturating_sub(1);
+        }
+        before > 0 && self.to_etcd + self.from_etcd + self.late == 0
     }
 
     pub(crate) fn pause(&mut self) -> bool {
@@ -91,6 +106,9 @@ impl Proc {
         }
         while self.from_etcd > 0 {
             partition_ended |= self.end_partition(etcd, Direction::FromEtcd);
+        }
+        while self.late > 0 {
+            partition_ended |= self.end_partition(etcd, Direction::Late { delay_ms: 0 });
         }
         let mut resumed = false;
         while self.pauses > 0 {

@@ -34,7 +34,7 @@ pub(crate) fn watcher_options_for(i: usize, mixed: u64, generator: Generator) ->
     match generator {
         Generator::V1 | Generator::V2 | Generator::V3 | Generator::V4 | Generator::V5 => opts,
         Generator::V6 => opts.with_serializable(i == 0).with_buffer(1),
-        Generator::V7 | Generator::V8 | Generator::V9 => opts
+        Generator::V7 | Generator::V8 | Generator::V9 | Generator::V10 => opts
             .with_serializable(i == 0)
             .with_buffer(1)
             .with_driving(if i == 1 {

@@ -681,3 +681,61 @@ impl Intercept for UnpinnedPages {
         Ok(listing)
     }
 }
+
+/// Counts a keep-alive's acknowledgement from its arrival instead of its
+/// keep-alive's send (as a lease deadline taken from the reply's receive
+/// time would): each live TTL is stretched by the reply's latency,
+/// rounded to whole seconds, so a late acknowledgement keeps the lease
+/// believed alive past etcd's expiry.
+#[derive(Clone, Default)]
+pub(crate) struct AckCountedFromArrival {
+    /// Each stream's keep-alives not yet acknowledged: when each was sent.
+    sent: Arc<Mutex<HashMap<u64, std::collections::VecDeque<madsim::time::Instant>>>>,
+}
+
+impl AckCountedFromArrival {
+    fn sending(&self, stream: &KeepAliveStream) {
+        locked(&self.sent)
+            .entry(stream.id)
+            .or_default()
+            .push_back(madsim::time::Instant::now());
+    }
+}
+
+impl Intercept for AckCountedFromArrival {
+    async fn lease_keep_alive<A: EtcdApi>(
+        &self,
+        api: &A,
+        stream: &KeepAliveStream,
+    ) -> Result<(A::Keeper, A::Replies), EtcdError> {
+        self.sending(stream);
+        api.lease_keep_alive(stream.lease).await
+    }
+
+    async fn keep_alive_send<K: coord::KeepAliveSender>(
+        &self,
+        stream: &KeepAliveStream,
+        keeper: &mut K,
+    ) -> Result<(), EtcdError> {
+        self.sending(stream);
+        keeper.send().await
+    }
+
+    async fn keep_alive_next<R: KeepAliveReplies>(
+        &self,
+        stream: &KeepAliveStream,
+        replies: &mut R,
+    ) -> Option<Result<i64, EtcdError>> {
+        let reply = replies.next().await;
+        let sent = locked(&self.sent)
+            .get_mut(&stream.id)
+            .and_then(std::collections::VecDeque::pop_front);
+        match (reply, sent) {
+            (Some(Ok(ttl)), Some(sent)) if ttl > 0 => {
+                let late = sent.elapsed().as_secs_f64().round();
+                Some(Ok(ttl + late as i64))
+            }
+            (reply, _) => reply,
+        }
+    }
+}
