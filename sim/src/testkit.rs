@@ -170,10 +170,11 @@ const CLIENT_BASE: u64 = 1 << 40;
 /// the code under test takes all its time, tasks, randomness and network
 /// from madsim.
 ///
-/// Fails with [`Panicked`] when the scenario, or a task it spawned, panics.
-/// Runs on a thread of its own (madsim's determinism needs a fresh thread
-/// per runtime), so it may be called from a `#[test]` as it is.
-pub fn run<T, F, Fut>(seed: u64, scenario: F) -> Result<T, Panicked>
+/// Fails with [`RunError::Panicked`] when the scenario, or a task it
+/// spawned, panics, and with [`RunError::NotStarted`] when the world could
+/// not be built. Runs on a thread of its own (madsim's determinism needs a
+/// fresh thread per runtime), so it may be called from a `#[test]` as it is.
+pub fn run<T, F, Fut>(seed: u64, scenario: F) -> Result<T, RunError>
 where
     T: Send + 'static,
     F: FnOnce(Cluster) -> Fut + Send + 'static,
@@ -191,17 +192,17 @@ where
                 Some(out)
             })
         })
-        .map_err(|e| Panicked {
+        .map_err(|e| RunError::NotStarted {
             seed,
-            message: format!("cannot start the simulation thread: {e}"),
+            why: format!("no thread for the simulation: {e}"),
         })?;
     match joined.join() {
         Ok(Some(out)) => Ok(out),
-        Ok(None) => Err(Panicked {
+        Ok(None) => Err(RunError::NotStarted {
             seed,
-            message: "the etcd model could not bind its address".into(),
+            why: "the etcd model could not bind its address".into(),
         }),
-        Err(panic) => Err(Panicked {
+        Err(panic) => Err(RunError::Panicked {
             seed,
             message: crate::run::runner::panic_message(panic),
         }),
@@ -224,7 +225,8 @@ where
         let outcome = match run(seed, scenario.clone()) {
             Ok(Ok(())) => return None,
             Ok(Err(e)) => Outcome::Failed(e),
-            Err(p) => Outcome::Panicked(p.message),
+            Err(RunError::Panicked { message, .. }) => Outcome::Panicked(message),
+            Err(RunError::NotStarted { why, .. }) => Outcome::NotStarted(why),
         };
         Some(Failure { seed, outcome })
     })
@@ -241,21 +243,37 @@ pub struct Failure<E> {
 
 /// How a failed run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome<E> {
     /// The scenario returned this error (your invariant said no).
     Failed(E),
     /// The scenario, or a task of the world, panicked with this message.
     Panicked(String),
+    /// The world could not be built, for this reason.
+    NotStarted(String),
 }
 
-/// A run that panicked.
+/// Why a run gave no result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the simulation of seed {seed} panicked: {message}")]
-pub struct Panicked {
-    /// The seed that replays it.
-    pub seed: u64,
-    /// The panic's message.
-    pub message: String,
+#[non_exhaustive]
+pub enum RunError {
+    /// The scenario, or a task of the world, panicked.
+    #[error("the simulation of seed {seed} panicked: {message}")]
+    Panicked {
+        /// The seed that replays it.
+        seed: u64,
+        /// The panic's message.
+        message: String,
+    },
+    /// The world could not be built (no thread for it, or the etcd model
+    /// could not bind its address); nothing of the scenario ran.
+    #[error("the simulation of seed {seed} could not start: {why}")]
+    NotStarted {
+        /// The seed.
+        seed: u64,
+        /// Why.
+        why: String,
+    },
 }
 
 /// The world a scenario runs in: the etcd model and the nodes started in it.

@@ -182,6 +182,20 @@ fn a_run_is_a_function_of_its_seed() {
 }
 
 #[test]
+fn a_panic_in_a_node_ends_the_run_with_its_message() {
+    let run = testkit::run(9, |cluster: Cluster| async move {
+        cluster.node("faulty", |_etcd| async move {
+            panic!("planted in a node");
+        });
+        cluster.sleep(Duration::from_secs(1)).await;
+    });
+    assert!(
+        matches!(&run, Err(testkit::RunError::Panicked { seed: 9, message }) if message.contains("planted in a node")),
+        "{run:?}"
+    );
+}
+
+#[test]
 fn a_panicking_scenario_is_reported_with_its_seed() {
     let failure = testkit::find_failure(3..=5, |_cluster: Cluster| async move {
         if true {
