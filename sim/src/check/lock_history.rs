@@ -23,8 +23,9 @@
 //!   expire, a drop releases in the background, a crash leaves it to the
 //!   TTL);
 //! - **fenced write** (from its send to its answer): applied, legal while
-//!   its leadership holds; refused as not leader, legal while it does not;
-//!   failed or unknown, no operation (it may or may not have landed);
+//!   its leadership holds; refused as not leader, or failed or unknown, no
+//!   operation (the driver refuses by itself once it counts its lease
+//!   lost, which says nothing of etcd; an unknown one may have landed);
 //! - **leader read** (`Election::leader`, from its call to its answer):
 //!   legal while the holder is the incarnation read (or none for none);
 //! - **appear** (a key incarnation a read saw that no campaign could have
@@ -59,8 +60,8 @@ enum OpKind {
     Acquire(usize),
     /// Incarnation `holder` lets it go.
     Release(usize),
-    /// A fenced write of incarnation `holder`: applied, or refused.
-    Write { holder: usize, applied: bool },
+    /// A fenced write of incarnation `holder` that etcd applied.
+    Write(usize),
     /// A read of the holder: `None` for no leader.
     Read(Option<usize>),
 }
@@ -184,9 +185,7 @@ impl NameHistory {
                 holder: None,
                 last: s.last,
             }),
-            OpKind::Write { holder, applied } => {
-                ((s.holder == Some(holder)) == applied).then_some(s)
-            }
+            OpKind::Write(holder) => (s.holder == Some(holder)).then_some(s),
             OpKind::Read(None) => s.holder.is_none().then_some(s),
             OpKind::Read(Some(read)) => s
                 .holder
@@ -244,16 +243,14 @@ fn histories(history: &History) -> BTreeMap<&str, NameHistory> {
             ContenderEvent::Write {
                 since_ms, outcome, ..
             } => {
-                let applied = match outcome {
-                    WriteOutcome::Applied => true,
-                    WriteOutcome::NotLeader => false,
-                    WriteOutcome::Failed => continue,
-                };
+                if *outcome != WriteOutcome::Applied {
+                    continue;
+                }
                 if let Some((holder, _)) = stream.holding {
                     h.ops.push(Op {
                         call: *since_ms,
                         ret: at,
-                        kind: OpKind::Write { holder, applied },
+                        kind: OpKind::Write(holder),
                         contender: c,
                     });
                 }
@@ -491,14 +488,7 @@ fn describe(h: &NameHistory, kind: OpKind) -> String {
     match kind {
         OpKind::Acquire(i) => format!("election of {}", inc(i)),
         OpKind::Release(i) => format!("release of {}", inc(i)),
-        OpKind::Write {
-            holder,
-            applied: true,
-        } => format!("applied fenced write of {}", inc(holder)),
-        OpKind::Write {
-            holder,
-            applied: false,
-        } => format!("refused fenced write of {}", inc(holder)),
+        OpKind::Write(holder) => format!("applied fenced write of {}", inc(holder)),
         OpKind::Read(None) => "read of no leader".to_string(),
         OpKind::Read(Some(i)) => format!("read of leader {}", inc(i)),
     }

@@ -347,4 +347,14 @@ pub const PINNED: &[Pinned] = &[
         fingerprint: 0x476750aaa0a7480d,
         found: "a resign returned while cut off taken for a release",
     },
+    // A leadership whose session counted its lease lost refused its next
+    // fenced write by itself while etcd still held the key, read as leader
+    // right after (checker bug: the lock history took the driver's own
+    // refusal for etcd's; a refused write is now no operation).
+    Pinned {
+        seed: 4614,
+        generator: Generator::V10,
+        fingerprint: 0x32f7934574991be6,
+        found: "the driver's own refusal taken for etcd's",
+    },
 ];
