@@ -88,7 +88,8 @@ pub enum AttemptFailure {
     /// etcd answered with a failure.
     #[error(transparent)]
     Etcd(Failure),
-    /// No answer before the request deadline.
+    /// No answer before the request deadline, or (a lease's registration)
+    /// an answer that came only once the lease's own deadline had passed.
     #[error("no answer before the request deadline")]
     Timeout,
     /// The lease turned out dead (TTL 0 or not found).

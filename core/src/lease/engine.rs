@@ -428,7 +428,7 @@ impl LeaseEngine {
     ) {
         let Some(attach) = self.attach.clone() else {
             match stream {
-                Some(stream) => self.registered(lease, stream, attempt),
+                Some(stream) => self.registered(now, lease, stream, attempt),
                 None => self.begin_open(now, lease, attempt),
             }
             return;
@@ -463,8 +463,19 @@ impl LeaseEngine {
         };
     }
 
-    /// The registration is complete: hold the lease and say so.
-    fn registered(&mut self, lease: Lease, stream: Stream, attempt: Attempt) {
+    /// The registration is complete: hold the lease and say so. Unless the
+    /// last answer came at or past the lease's deadline (its first
+    /// keep-alive's send time plus the TTL etcd answered): etcd may have
+    /// expired the lease by then, so nothing is reported held and the
+    /// attempt fails as timed out, its stream closed. A resume then tries
+    /// the same lease again, and etcd's answer to its keep-alive settles
+    /// whether it lives; a first or fresh registration revokes its lease.
+    fn registered(&mut self, now: Instant, lease: Lease, stream: Stream, attempt: Attempt) {
+        if now >= stream.expires_at {
+            let (revoke, resume) = self.unwind_step(Step::Open { lease, stream }, attempt);
+            self.attempt_failed(now, AttemptFailure::Timeout, revoke, resume, attempt);
+            return;
+        }
         self.hold(lease, stream);
         self.out.event(match attempt {
             Attempt::First => Event::Registered {
@@ -705,7 +716,7 @@ impl LeaseEngine {
                 ..
             } if want == op => match (outcome, stream) {
                 (Outcome::Ok(()), None) => self.begin_open(now, lease, attempt),
-                (Outcome::Ok(()), Some(stream)) => self.registered(lease, stream, attempt),
+                (Outcome::Ok(()), Some(stream)) => self.registered(now, lease, stream, attempt),
                 (failed, stream) => {
                     let why = AttemptFailure::of(&failed).unwrap_or(AttemptFailure::Timeout);
                     let step = Step::Attach { lease, stream };

@@ -357,4 +357,27 @@ pub const PINNED: &[Pinned] = &[
         fingerprint: 0x32f7934574991be6,
         found: "the driver's own refusal taken for etcd's",
     },
+    // A host's resume was acknowledged and its put applied, but the put's
+    // answer came late, past the lease's deadline, when etcd had expired
+    // the lease: the host reported it held, then lost it 20 ms later (core
+    // bug: an answer at or past the lease's deadline now fails the
+    // attempt, and the next resume asks etcd again).
+    Pinned {
+        seed: 4115,
+        generator: Generator::V10,
+        fingerprint: 0x3fa607ef41821021,
+        found: "a resume answered past the lease's deadline reported held",
+    },
+    Pinned {
+        seed: 7837,
+        generator: Generator::V10,
+        fingerprint: 0x838350a2389c8dfd,
+        found: "a resume answered past the lease's deadline reported held",
+    },
+    Pinned {
+        seed: 12187,
+        generator: Generator::V10,
+        fingerprint: 0x0b71b0fc58119b6d,
+        found: "a resume answered past the lease's deadline reported held",
+    },
 ];

@@ -139,7 +139,7 @@ impl LeaseEngine {
                 stream.ack(ttl_secs);
                 match attempt {
                     Attempt::Resume => self.begin_attach(now, lease, Some(stream), attempt),
-                    Attempt::First | Attempt::Fresh => self.registered(lease, stream, attempt),
+                    Attempt::First | Attempt::Fresh => self.registered(now, lease, stream, attempt),
                 }
             }
             State::Held {
