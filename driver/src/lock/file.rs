@@ -34,7 +34,7 @@ use coord_core::lock::{
 };
 use coord_core::FencingToken;
 
-use super::flock::{bump_token, check_dir, flock, io_error, try_flock};
+use super::flock::{bump_token, check_dir, flock, io_error, open_regular, try_flock};
 use super::outcome::{LockError, LockLost, Taken};
 use super::pid;
 use super::watchdog::Watchdog;
@@ -58,6 +58,12 @@ pub struct FileConfig {
     /// The host name markers record and are compared with. Default: this
     /// machine's.
     pub host: Option<String>,
+    /// The process markers name as their holder: on this host, its death
+    /// frees them at once. Default: this process. A process that hands a
+    /// hold's life to another (a guard that outlives it until the work
+    /// done under the lock has stopped, as `coordctl lock` has) names that
+    /// one; refreshing and releasing the marker stay with this process.
+    pub owner: Option<u32>,
 }
 
 /// Builder-style setters: the struct is `#[non_exhaustive]`, so that a
@@ -89,6 +95,11 @@ impl FileConfig {
         self.host = Some(host.into());
         self
     }
+    /// These options with [`owner`](Self::owner) set.
+    pub fn with_owner(mut self, pid: u32) -> Self {
+        self.owner = Some(pid);
+        self
+    }
 }
 
 impl FileConfig {
@@ -100,6 +111,7 @@ impl FileConfig {
             strategy: Strategy::PidFirst,
             stale_after: Duration::from_secs(30),
             host: None,
+            owner: None,
         }
     }
 }
@@ -112,6 +124,7 @@ pub struct FileLocks {
     strategy: Strategy,
     stale_after: Duration,
     host: String,
+    owner: Option<u32>,
 }
 
 /// What [`FileLocks::sweep`] did.
@@ -193,6 +206,7 @@ impl FileLocks {
             strategy: config.strategy,
             stale_after: config.stale_after,
             host,
+            owner: config.owner.filter(|pid| *pid > 0),
         })
     }
 
@@ -238,9 +252,10 @@ impl FileLocks {
     ) -> Result<Option<Taken<FileHold>>, LockError> {
         let (token, _issuing) = bump_token("file", &self.dir, name)?;
         let me = std::process::id();
+        let owner = self.owner.unwrap_or(me);
         let marker = Marker {
-            pid: me,
-            start_time: pid::start_time(me),
+            pid: owner,
+            start_time: pid::start_time(owner),
             host: self.host.clone(),
             acquired_ms: now_ms(),
             token: token.0,
@@ -254,7 +269,9 @@ impl FileLocks {
         static ASIDE: AtomicU64 = AtomicU64::new(0);
         let n = ASIDE.fetch_add(1, Ordering::Relaxed);
         let aside = self.dir.join(format!(".{name}.{me}.{n}.new"));
-        let written = File::create(&aside).and_then(|mut f| {
+        let mut create = OpenOptions::new();
+        create.write(true).create(true).truncate(true);
+        let written = open_regular("file", &create, &aside)?.and_then(|mut f| {
             f.write_all(text.as_bytes())?;
             f.sync_all()?;
             let meta = f.metadata()?;
@@ -281,7 +298,7 @@ impl FileLocks {
     /// Judges the marker at `path` and removes it if it may be taken
     /// over.
     fn judge(&self, path: &Path) -> Result<Found, LockError> {
-        let mut file = match File::open(path) {
+        let mut file = match open_regular("file", OpenOptions::new().read(true), path)? {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Changed),
             Err(e) => return Err(fail("cannot open", path, e)),
@@ -418,7 +435,7 @@ fn ours(path: &Path, identity: Identity) -> bool {
 
 /// Refreshes the marker's modification time if it is still ours.
 fn touch(path: &Path, identity: Identity) -> bool {
-    let Ok(file) = OpenOptions::new().write(true).open(path) else {
+    let Ok(Ok(file)) = open_regular("file", OpenOptions::new().write(true), path) else {
         return false;
     };
     let same = file.metadata().is_ok_and(|m| Identity::of(&m) == identity);
@@ -467,7 +484,7 @@ impl FileHold {
             return Ok(Released::AlreadyGone);
         }
         self.refresher.stop();
-        let file = match File::open(&self.path) {
+        let file = match open_regular("file", OpenOptions::new().read(true), &self.path)? {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Released::AlreadyGone),
             Err(e) => return Err(fail("cannot open", &self.path, e)),

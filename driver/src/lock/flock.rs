@@ -107,14 +107,85 @@ pub(super) fn flock(file: File) -> std::io::Result<Flock<File>> {
 }
 
 /// Opens (creating if missing, never truncating) a file that is locked
-/// with `flock`: a lock file or a token counter.
-fn open_lockable(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
+/// with `flock`: a lock file or a token counter. Anything but a regular
+/// file found at `path` is refused (see [`open_regular`]).
+fn open_lockable(backend: &'static str, path: &Path) -> Result<File, LockError> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    open_regular(backend, &options, path)?.map_err(|e| io_error(backend, "cannot open", path, e))
+}
+
+/// Opens `path` with `options` if it is a regular file (or, with
+/// `create`, is missing): `Err(LockError::NotAFile)` for a FIFO, a
+/// socket, a device or a directory, found without blocking. A FIFO's
+/// `open(2)` would otherwise wait for a writer for ever: the file is
+/// looked at first, and opened with `O_NONBLOCK` in case it was replaced
+/// meanwhile. The inner error is the open's own (a missing file, say).
+pub(super) fn open_regular(
+    backend: &'static str,
+    options: &OpenOptions,
+    path: &Path,
+) -> Result<std::io::Result<File>, LockError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |meta: &std::fs::Metadata| match file_kind(meta) {
+        None => Ok(()),
+        Some(found) => Err(LockError::NotAFile {
+            backend,
+            path: path.to_path_buf(),
+            found,
+        }),
+    };
+    refuse_special(backend, path)?;
+    let mut options = options.clone();
+    options.custom_flags(nix::libc::O_NONBLOCK);
+    let file = match options.open(path) {
+        Ok(file) => file,
+        Err(e) => return Ok(Err(e)),
+    };
+    match file.metadata() {
+        Ok(meta) => refuse(&meta)?,
+        Err(e) => return Ok(Err(e)),
+    }
+    Ok(Ok(file))
+}
+
+/// `Err(LockError::NotAFile)` if something other than a regular file is
+/// at `path` (nothing there is fine).
+pub(super) fn refuse_special(backend: &'static str, path: &Path) -> Result<(), LockError> {
+    match std::fs::metadata(path).ok().as_ref().and_then(file_kind) {
+        None => Ok(()),
+        Some(found) => Err(LockError::NotAFile {
+            backend,
+            path: path.to_path_buf(),
+            found,
+        }),
+    }
+}
+
+/// What a file that is not a regular one is, `None` for a regular file.
+fn file_kind(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("directory")
+    } else if t.is_fifo() {
+        Some("FIFO")
+    } else if t.is_socket() {
+        Some("socket")
+    } else if t.is_char_device() {
+        Some("character device")
+    } else if t.is_block_device() {
+        Some("block device")
+    } else {
+        Some("special file")
+    }
+}
+
+/// The token counter of `name`: `<dir>/<name>.token`.
+fn token_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.token"))
 }
 
 /// Width of the token counter's digits: the file is rewritten in place
@@ -135,9 +206,9 @@ pub(super) fn bump_token(
     dir: &Path,
     name: &str,
 ) -> Result<(FencingToken, TokensLocked), LockError> {
-    let path = dir.join(format!("{name}.token"));
+    let path = token_path(dir, name);
     let fail = |what: &str, e| io_error(backend, what, &path, e);
-    let file = open_lockable(&path).map_err(|e| fail("cannot open", e))?;
+    let file = open_lockable(backend, &path)?;
     let mut file = flock(file).map_err(|e| fail("cannot lock", e))?;
     let mut text = String::new();
     file.read_to_string(&mut text)
@@ -185,10 +256,11 @@ impl FlockLocks {
     }
 
     pub(super) fn try_acquire(&self, name: &str) -> Result<Taken<FlockHold>, LockError> {
+        // Checked before any lock file is created, which would stay.
+        refuse_special("flock", &token_path(&self.dir, name))?;
         for slot in 0..self.slots.get() {
             let path = self.slot_path(name, slot);
-            let file =
-                open_lockable(&path).map_err(|e| io_error("flock", "cannot open", &path, e))?;
+            let file = open_lockable("flock", &path)?;
             match try_flock(file) {
                 Ok(Ok(held)) => {
                     // Issued while the lock is held: in the order of holds.
@@ -214,10 +286,24 @@ pub(super) struct FlockHold {
 
 impl FlockHold {
     pub(super) fn release(&mut self) -> Released {
-        // Closing the file releases the lock.
         match self.file.take() {
-            Some(_) => Released::Released,
+            Some(held) => {
+                // Unlocked, not only closed: that frees it also for a
+                // duplicate of the descriptor (one handed to another
+                // process, see `Holder::hold_fds`), which closing this
+                // one alone would leave holding it.
+                if let Err((_, e)) = held.unlock() {
+                    tracing::warn!(error = %e, "flock: unlock failed; closing the file instead");
+                }
+                Released::Released
+            }
             None => Released::AlreadyGone,
         }
+    }
+
+    /// The locked file while held.
+    pub(super) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.file.as_ref().map(|f| f.as_fd())
     }
 }

@@ -115,6 +115,24 @@ impl Holder {
         }
     }
 
+    /// The open files and sockets whose life is this hold's: a `flock`
+    /// lock's file, a Postgres lock's connection. A process that keeps a
+    /// duplicate of each (passed over a Unix socket, say) keeps the hold
+    /// past this process' death, until it closes them; `release` (or
+    /// dropping the holder) still ends the hold everywhere. `coordctl`
+    /// hands them to the guard of the command it runs, so that a holder
+    /// killed with SIGKILL keeps its lock until its command is gone.
+    /// Empty for the other backends (their holds live in a server, a
+    /// marker file or this process), and once released.
+    pub fn hold_fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        match &self.hold {
+            Hold::Flock(h) => h.fd().into_iter().collect(),
+            #[cfg(all(feature = "postgres", not(madsim)))]
+            Hold::Postgres(h) if !h.is_released() => vec![h.fd()],
+            _ => Vec::new(),
+        }
+    }
+
     /// Completes when the hold is lost without `release`: taken over,
     /// removed, expired. Never completes for flock (the kernel holds the
     /// lock while the process lives) or after `release`.

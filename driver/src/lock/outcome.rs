@@ -49,6 +49,19 @@ pub enum LockError {
         #[source]
         cause: crate::Cause,
     },
+    /// A lock directory holds something other than a regular file where a
+    /// lock, marker or token file belongs (a FIFO, a socket, a device, a
+    /// directory): it is refused without being opened for good, and
+    /// nothing is written. Remove it; no holder made it.
+    #[error("{backend} backend: {} is a {found}, not a regular file", path.display())]
+    NotAFile {
+        /// Which backend.
+        backend: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// What it is.
+        found: &'static str,
+    },
     /// The etcd backend failed, with coord's error of what etcd did (so a
     /// caller tells an unreachable etcd, `Error::Unreachable`, from a
     /// refused request or a lost session): the state of the lock is as

@@ -12,9 +12,16 @@ pub(super) fn probe(pid: u32) -> PidProbe {
     let Some(raw) = i32::try_from(pid).ok().filter(|p| *p > 0) else {
         return PidProbe::Failed;
     };
-    match kill(Pid::from_raw(raw), None) {
+    let probed = kill(Pid::from_raw(raw), None);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    // A zombie (dead, not yet reaped by its parent) still answers signal
+    // 0, but runs nothing and holds nothing: it counts as gone.
+    if stat.as_deref().and_then(parse_state).is_some_and(is_dead) {
+        return PidProbe::Gone;
+    }
+    match probed {
         Ok(()) => PidProbe::Alive {
-            start_time: start_time(pid),
+            start_time: stat.as_deref().and_then(parse_start_time),
         },
         Err(Errno::ESRCH) => PidProbe::Gone,
         Err(Errno::EPERM) => PidProbe::Denied,
@@ -29,12 +36,26 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     parse_start_time(&stat)
 }
 
-/// Field 22 of a `/proc/<pid>/stat` line. The command name (field 2) is
-/// in parentheses and may hold spaces and `)`: fields resume after the
-/// last `)`, with field 3 first.
+/// The fields of a `/proc/<pid>/stat` line from field 3 on. The command
+/// name (field 2) is in parentheses and may hold spaces and `)`: fields
+/// resume after the last `)`.
+fn fields_after_name(stat: &str) -> Option<std::str::SplitWhitespace<'_>> {
+    Some(stat[stat.rfind(')')? + 1..].split_whitespace())
+}
+
+/// Field 22 of a `/proc/<pid>/stat` line: the start time.
 fn parse_start_time(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    fields_after_name(stat)?.nth(19)?.parse().ok()
+}
+
+/// Field 3 of a `/proc/<pid>/stat` line: the state (`R`, `S`, `Z`, ...).
+fn parse_state(stat: &str) -> Option<char> {
+    fields_after_name(stat)?.next()?.chars().next()
+}
+
+/// A zombie (`Z`) or dead (`X`, `x`) process.
+fn is_dead(state: char) -> bool {
+    matches!(state, 'Z' | 'X' | 'x')
 }
 
 /// This machine's host name, as markers record it; `unknown-host` if it
@@ -61,6 +82,34 @@ mod tests {
         );
         assert_eq!(parse_start_time("42 (sh) S 1 2"), None);
         assert_eq!(parse_start_time("garbage"), None);
+        assert_eq!(parse_state("42 (a) S (c)) Z 1 2"), Some('Z'));
+        assert_eq!(parse_state("garbage"), None);
+    }
+
+    #[test]
+    fn a_zombie_is_gone() {
+        // A child that has exited but is not reaped yet: a zombie, which
+        // answers signal 0.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let zombie = (0..500).any(|_| {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .as_deref()
+                .and_then(parse_state);
+            if state == Some('Z') {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        });
+        assert!(zombie, "the child never became a zombie");
+        assert_eq!(
+            kill(Pid::from_raw(i32::try_from(pid).unwrap()), None),
+            Ok(())
+        );
+        assert_eq!(probe(pid), PidProbe::Gone);
+        child.wait().unwrap();
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! incremented in the holder's session right after it takes the lock: it
 //! is as durable as the database, so it grows across server restarts.
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,7 +144,64 @@ impl PostgresLocks {
     }
 
     async fn acquire(&self, name: &str) -> Result<Taken<PostgresHold>, LockError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(backend)?;
+        match self.dial().await? {
+            Dialled::Tcp(stream) => self.take_on(stream, name).await,
+            Dialled::Unix(stream) => self.take_on(stream, name).await,
+        }
+    }
+
+    /// A connection to the first host of the URL that answers, in order
+    /// (each on its port, or the one port given, or 5432; at its
+    /// `hostaddr` if one is given): made here rather than by
+    /// `tokio-postgres`, so that the hold can keep its socket (see
+    /// `Holder::hold_fds`).
+    async fn dial(&self) -> Result<Dialled, LockError> {
+        let hosts = self.config.get_hosts();
+        let ports = self.config.get_ports();
+        let addrs = self.config.get_hostaddrs();
+        let mut last = None;
+        for (i, host) in hosts.iter().enumerate() {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let dialled = match host {
+                tokio_postgres::config::Host::Tcp(name) => {
+                    let stream = match addrs.get(i) {
+                        Some(ip) => tokio::net::TcpStream::connect((*ip, port)).await,
+                        None => tokio::net::TcpStream::connect((name.as_str(), port)).await,
+                    };
+                    stream.map(|s| {
+                        let _ = s.set_nodelay(true);
+                        Dialled::Tcp(s)
+                    })
+                }
+                tokio_postgres::config::Host::Unix(dir) => {
+                    tokio::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}")))
+                        .await
+                        .map(Dialled::Unix)
+                }
+            };
+            match dialled {
+                Ok(d) => return Ok(d),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(match last {
+            Some(e) => backend(e),
+            None => LockError::BadOptions("postgres url: no host".into()),
+        })
+    }
+
+    /// Opens a session on `stream`, then takes a slot of `name`.
+    async fn take_on<S>(&self, stream: S, name: &str) -> Result<Taken<PostgresHold>, LockError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + AsFd + Unpin + Send + 'static,
+    {
+        let socket = stream.as_fd().try_clone_to_owned().map_err(backend)?;
+        let ender = socket.try_clone().map_err(backend)?;
+        let (client, connection) = self
+            .config
+            .connect_raw(stream, NoTls)
+            .await
+            .map_err(backend)?;
         let client = Arc::new(client);
         let checked = Arc::clone(&client);
         let every = self.request_timeout;
@@ -166,6 +224,7 @@ impl PostgresLocks {
                         within = ?every,
                         "postgres left a lock's check unanswered: its connection is ended"
                     );
+                    end_socket(&ender);
                     LockLost::Unanswered
                 }
             }
@@ -186,6 +245,7 @@ impl PostgresLocks {
         let hold = PostgresHold {
             client,
             connection,
+            socket,
             key: 0,
             released: false,
             request_timeout: self.request_timeout,
@@ -250,6 +310,12 @@ pub(super) struct PostgresHold {
     /// the session's advisory locks) or a check of it goes unanswered
     /// (then it ends it); dropping it ends the connection.
     connection: Watchdog,
+    /// A duplicate of the connection's socket: handed to another process
+    /// (see `Holder::hold_fds`), it keeps the session, and so the lock,
+    /// until that process closes it, even if this one dies. An ended
+    /// connection is shut down (`end_socket`), which no duplicate
+    /// survives.
+    socket: OwnedFd,
     key: i64,
     released: bool,
     request_timeout: Duration,
@@ -313,6 +379,7 @@ impl PostgresHold {
             // Ending the connection ends the session, and with it the lock,
             // once the server notices.
             self.connection.stop();
+            end_socket(&self.socket);
             return Err(no_answer("postgres", self.request_timeout));
         };
         let released = match row {
@@ -335,8 +402,34 @@ impl PostgresHold {
     }
 }
 
+impl PostgresHold {
+    /// The connection's socket.
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        self.socket.as_fd()
+    }
+
+    /// True once released (or found lost).
+    pub(super) fn is_released(&self) -> bool {
+        self.released || self.connection.has_fired()
+    }
+}
+
+/// Shuts the connection's socket down both ways: the server reads the
+/// close, whichever process still has the socket open.
+fn end_socket(socket: &OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let _ = nix::sys::socket::shutdown(socket.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+}
+
+/// The socket of a new connection.
+enum Dialled {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
 // Dropping the hold drops its connection's watchdog, which ends the
-// connection: that releases its advisory locks.
+// connection: that releases its advisory locks (unless another process
+// keeps a duplicate of its socket, see `PostgresHold::socket`).
 
 #[cfg(test)]
 mod tests {

@@ -554,3 +554,148 @@ async fn etcd_locks_keep_the_contract() {
 }
 
 mod processes;
+
+/// A FIFO (or anything but a regular file) where a lock, marker or token
+/// file belongs is refused with `NotAFile` at once, never opened for good
+/// (a FIFO's open would wait for a writer for ever), and nothing is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_a_lock_directory_is_refused_without_blocking() {
+    let fifo = |path: &Path| {
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    };
+    for (backend, planted) in [
+        ("flock", "job.lock"),
+        ("flock", "job.token"),
+        ("file", "job.held"),
+        ("file", "job.token"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        fifo(&dir.path().join(planted));
+        let locker = match backend {
+            "flock" => flock_locker(dir.path(), 1),
+            _ => file_locker(file_config(dir.path())),
+        };
+        let before: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        let tried = tokio::time::timeout(DEADLINE, locker.try_acquire("job"))
+            .await
+            .unwrap_or_else(|_| panic!("{backend} {planted}: blocked on the FIFO"));
+        match tried {
+            Err(LockError::NotAFile { path, found, .. }) => {
+                assert_eq!(path, dir.path().join(planted), "{backend}");
+                assert_eq!(found, "FIFO", "{backend}");
+            }
+            other => panic!("{backend} {planted}: {other:?}"),
+        }
+        let after: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(before, after, "{backend} {planted}: nothing written");
+    }
+    // A marker name swept: refused too, not blocked on.
+    let dir = tempfile::tempdir().unwrap();
+    fifo(&dir.path().join("job.held"));
+    let sweep = FileLocks::open(file_config(dir.path())).unwrap().sweep();
+    assert!(
+        matches!(sweep, Err(LockError::NotAFile { .. })),
+        "{sweep:?}"
+    );
+}
+
+/// A holder that has died but is not reaped yet (a zombie) is dead: its
+/// marker is taken over at once, not after the stale window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_holder_counts_as_dead() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let stat = || fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let start: Option<u64> = stat()
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().nth(19))
+        .and_then(|t| t.parse().ok());
+    // Wait for it to exit, unreaped.
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while !stat()
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .starts_with('Z')
+    {
+        assert!(std::time::Instant::now() < deadline, "never a zombie");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    plant(dir.path(), "job.held", pid, start, &host, Duration::ZERO);
+    let locker =
+        file_locker(FileConfig::new(dir.path()).with_stale_after(Duration::from_secs(3_600)));
+    let held = locker.try_acquire("job").await;
+    assert!(held.is_ok(), "a zombie's marker was kept: {held:?}");
+    child.wait().unwrap();
+}
+
+/// A marker names `owner` when one is set: alive, the lock is held even
+/// though the process that took it is this one; once the owner dies, it
+/// is taken over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_names_its_owner_and_dies_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
+    let config = file_config(dir.path()).with_owner(owner.id());
+    let holder = file_locker(config).try_acquire("job").await.unwrap();
+    let marker = Marker::parse(&fs::read(dir.path().join("job.held")).unwrap()).unwrap();
+    assert_eq!(marker.pid, owner.id());
+    let other = file_locker(file_config(dir.path()));
+    assert!(matches!(
+        other.try_acquire("job").await,
+        Err(LockError::Locked)
+    ));
+    // Never released (as if the process that took it died): once the
+    // owner dies too, the marker is taken over at once.
+    std::mem::forget(holder);
+    assert!(matches!(
+        other.try_acquire("job").await,
+        Err(LockError::Locked)
+    ));
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let taken = other.try_acquire("job").await;
+    assert!(taken.is_ok(), "{taken:?}");
+}
+
+/// A flock hold's descriptor is its lock file's; a duplicate of it (a
+/// guard process' copy) shares the lock, and `release` frees it for every
+/// duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flock_hold_shares_its_file_and_release_frees_every_duplicate() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let locker = flock_locker(dir.path(), 1);
+    let mut holder = locker.try_acquire("job").await.unwrap();
+    let fds = holder.hold_fds();
+    assert_eq!(fds.len(), 1);
+    let kept = fs::File::from(fds[0].try_clone_to_owned().unwrap());
+    let lock_file = fs::metadata(dir.path().join("job.lock")).unwrap();
+    assert_eq!(kept.metadata().unwrap().ino(), lock_file.ino());
+    // The duplicate's open file description holds the lock: a flock
+    // through it succeeds at once (it is the holder's own lock).
+    let kept = nix::fcntl::Flock::lock(kept, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .expect("the duplicate shares the hold");
+    assert!(matches!(
+        locker.try_acquire("job").await,
+        Err(LockError::Locked)
+    ));
+    assert_eq!(holder.release().await, Ok(Released::Released));
+    assert!(holder.hold_fds().is_empty());
+    let next = locker.try_acquire("job").await;
+    assert!(next.is_ok(), "release frees every duplicate: {next:?}");
+    drop(next);
+    drop(kept);
+}
