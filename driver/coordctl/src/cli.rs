@@ -10,11 +10,18 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// coordctl: coord's operator command line, for hosts, elections and locks
 /// on etcd v3 (keys compatible with go-coord and `etcdctl elect`/`lock`).
 ///
-/// Exit status: 0 ok; 1 bad usage or input (nothing written); 2 etcd
-/// unreachable or refused (TLS, credentials); 3 lock held (`--try`, or
-/// `--timeout` passed); 4 leadership or lock lost; 126/127 the command
-/// cannot be run or is not found; otherwise the command's own status, or
-/// 128+N when a signal N ended it.
+/// Exit status without a command: 0 ok; 1 bad usage or input (nothing
+/// written); 2 etcd unreachable or refused (TLS, credentials); 4
+/// leadership lost; 141 stdout closed (a pipe's reader left).
+///
+/// With a command (`lock`, `campaign ... -- CMD`): the command's own
+/// status, or 128+N when a signal N ended it; coordctl's own outcomes
+/// keep out of its way, as `timeout(1)`'s do: 123 the hold was lost (the
+/// command was stopped); 124 not taken (`--try`, or `--timeout` passed;
+/// the command did not run); 125 coordctl failed (bad usage, etcd
+/// unreachable, a backend failing); 126 the command cannot be run; 127
+/// it is not found; 128+N a signal N ended coordctl before the command
+/// ran.
 #[derive(Debug, Parser)]
 #[command(name = "coordctl", version)]
 pub struct Cli {
@@ -107,32 +114,113 @@ pub enum Command {
     /// Register this host and stay registered (healing) until SIGINT or
     /// SIGTERM, then revoke its lease and exit 0. Prints every liveness
     /// change.
+    #[command(after_help = "Examples:\n  \
+        coordctl register --id 6b1f0c1e --hostname node-7 --version 1.4.2 --ttl 10\n  \
+        coordctl -w json register --id node-7")]
     Register(Register),
     /// List the registered hosts; with `--watch`, then stream their
     /// changes.
+    #[command(after_help = "Examples:\n  \
+        coordctl hosts\n  \
+        coordctl hosts --watch -w json\n  \
+        coordctl --prefix /myapp/hosts/ hosts")]
     Hosts(Hosts),
     /// Campaign in the election NAME with VALUE and print when elected.
     /// Without a command, lead until SIGINT or SIGTERM (then resign, exit
     /// 0) or until leadership is lost (exit 4). With a command after
-    /// `--`, run it while leading (see `lock` for the contract).
+    /// `--`, run it while leading (see `lock` for the contract and its
+    /// exit statuses).
+    #[command(after_help = "Examples:\n  \
+        coordctl campaign scheduler node-7\n  \
+        coordctl campaign scheduler node-7 --ttl 15 --grace 30s -- ./run-scheduler")]
     Campaign(Campaign),
     /// Print the current leader of the election NAME (nothing is written).
+    #[command(after_help = "Examples:\n  \
+        coordctl leader scheduler\n  \
+        coordctl -w json leader scheduler")]
     Leader(Named),
     /// Print every change of the leader of the election NAME until SIGINT
     /// or SIGTERM (nothing is written).
+    #[command(after_help = "Examples:\n  \
+        coordctl observe scheduler\n  \
+        coordctl -w json observe scheduler | head -1")]
     Observe(Named),
     /// Take the lock NAME and run a command while holding it. The command
     /// gets the fencing token in `COORD_FENCE` and the lock's key in
     /// `COORD_KEY`. If the lock is lost, the command gets SIGTERM, then
-    /// SIGKILL after `--grace`, and coordctl exits 4. When the command
+    /// SIGKILL after `--grace`, and coordctl exits 123. When the command
     /// exits, the lock is released and coordctl exits with its status.
     ///
     /// There is no `unlock` (nor `resign`): only the process that holds a
     /// lock or leadership can give it up, through its lease, so a stray
     /// command can never release someone else's. It is released when the
-    /// command ends or coordctl gets SIGINT/SIGTERM, and by etcd one TTL
-    /// after coordctl dies.
+    /// command ends or coordctl gets SIGINT/SIGTERM/SIGHUP, and by etcd
+    /// one TTL after coordctl dies.
+    ///
+    /// The command never outlives the hold: if coordctl dies (SIGKILL, a
+    /// crash), a guard process it started gives the command SIGTERM at
+    /// once and SIGKILL after `--grace`, and the lock passes on only once
+    /// the command is gone (flock, file, postgres), or the command's time
+    /// is cut to end before the TTL lets another holder in (etcd, redis).
+    #[command(after_help = "Examples:\n  \
+        coordctl lock nightly-backup -- ./backup.sh\n  \
+        coordctl lock nightly-backup --try -- ./backup.sh     # 124 if held\n  \
+        coordctl lock nightly-backup --timeout 5m -- ./backup.sh\n  \
+        coordctl lock --backend flock --dir /var/lock/myapp nightly-backup -- ./backup.sh\n  \
+        coordctl lock --backend postgres --url 'host=db user=ops dbname=app' jobs -- ./job.sh\n\n\
+        Exit status: the command's own; 123 lost (the command was stopped), 124 not\n\
+        taken, 125 coordctl failed, 126/127 the command cannot run / is not found.")]
     Lock(Lock),
+    /// Print a shell completion script: `coordctl completion bash >
+    /// /etc/bash_completion.d/coordctl`, `coordctl completion zsh >
+    /// "${fpath[1]}/_coordctl"`, `coordctl completion fish >
+    /// ~/.config/fish/completions/coordctl.fish`.
+    #[command(after_help = "Examples:\n  \
+        coordctl completion bash > /etc/bash_completion.d/coordctl\n  \
+        coordctl completion zsh > \"${fpath[1]}/_coordctl\"\n  \
+        coordctl completion fish > ~/.config/fish/completions/coordctl.fish")]
+    Completion(Completion),
+    /// The guard of a command run under a hold (internal: coordctl starts
+    /// it itself).
+    #[command(hide = true)]
+    Guard,
+}
+
+impl Command {
+    /// True when the subcommand runs a command, whose exit status is then
+    /// coordctl's (and coordctl's own outcomes move to 123-127).
+    pub fn runs_command(&self) -> bool {
+        match self {
+            Command::Lock(_) => true,
+            Command::Campaign(c) => !c.command.is_empty(),
+            _ => false,
+        }
+    }
+}
+
+/// The command line as shells complete it: without hidden subcommands
+/// (`clap_complete` would offer them).
+pub fn for_completion() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    let visible: Vec<clap::Command> = full
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let mut shown = clap::Command::new("coordctl").subcommands(visible);
+    for arg in full.get_arguments() {
+        shown = shown.arg(arg.clone());
+    }
+    shown
+}
+
+/// `coordctl completion`.
+#[derive(Debug, Args)]
+pub struct Completion {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `coordctl register`.
@@ -179,7 +267,9 @@ pub struct Hold {
     #[arg(long, default_value_t = 10)]
     pub ttl: u64,
     /// After a loss, how long the command has between SIGTERM and SIGKILL
-    /// (for example `10s`).
+    /// (for example `10s`). If coordctl itself dies, its guard gives the
+    /// command the same, cut to end before the lock could pass on: two
+    /// thirds of the TTL, less a quarter second, for etcd and redis.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub grace: Duration,
 }
@@ -209,11 +299,11 @@ pub struct Lock {
     /// Shared with `campaign`.
     #[command(flatten)]
     pub hold: Hold,
-    /// Give up (exit 3) if the lock is not held within this long (for
+    /// Give up (exit 124) if the lock is not held within this long (for
     /// example `30s`). Default: wait for ever.
     #[arg(long, value_parser = duration, conflicts_with = "try_lock")]
     pub timeout: Option<Duration>,
-    /// Fail at once (exit 3) if the lock is held.
+    /// Fail at once (exit 124) if the lock is held.
     #[arg(long = "try")]
     pub try_lock: bool,
     /// Where the lock lives: etcd (the default, shared with `etcdctl
@@ -272,6 +362,48 @@ mod tests {
     fn the_cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_shows_examples_in_its_help() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let help = sub.clone().render_long_help().to_string();
+            assert!(
+                help.contains("Examples:\n  coordctl "),
+                "{}: {help}",
+                sub.get_name()
+            );
+        }
+    }
+
+    #[test]
+    fn completion_scripts_name_every_subcommand() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+        ] {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut for_completion(), "coordctl", &mut out);
+            let script = String::from_utf8(out).unwrap_or_default();
+            for sub in [
+                "register",
+                "hosts",
+                "campaign",
+                "leader",
+                "observe",
+                "lock",
+                "completion",
+            ] {
+                assert!(script.contains(sub), "{shell}: {sub} missing");
+            }
+        }
+        // The hidden guard is left out (clap_complete would offer it).
+        let shown = for_completion();
+        assert!(shown.get_subcommands().all(|s| s.get_name() != "guard"));
+        assert!(shown.get_arguments().any(|a| a.get_id() == "endpoints"));
     }
 
     #[test]

@@ -9,9 +9,10 @@ use serde_json::Value;
 
 use crate::cli::{Campaign, Global, Hold, Named};
 use crate::exit::Failure;
+use crate::guard::Guard;
 use crate::output::{Printer, Record};
 use crate::setup::{self, Signals};
-use crate::supervise::{run_while_held, Ended, HoldInfo};
+use crate::supervise::{run_while_held, ttl_outlives, Ended, Guarded, HoldInfo};
 
 /// The session options of a hold, checked as the library checks them (a
 /// TTL or timeout out of range is bad input, before anything is dialled).
@@ -47,10 +48,10 @@ pub async fn campaign(
     );
     let leadership = tokio::select! {
         won = election.campaign(args.value.as_bytes()) => won,
-        _ = signals.next() => {
+        number = signals.next() => {
             // Dropping the campaign withdrew it; the session goes too.
             let _ = election.close().await;
-            return Ok(0);
+            return Ok(interrupted(&args.command, number));
         }
     };
     let leadership = match leadership {
@@ -115,9 +116,25 @@ async fn lead(
         key: held.key(),
     };
     let lost = async { held.lost().await.unwrap_or(coord::Loss::SessionClosed) };
-    match run_while_held(command, &info, lost, hold.grace, signals, printer).await? {
+    let guarded = Guarded {
+        guard: Guard::start()?,
+        keep: Vec::new(),
+        outlives: Some(ttl_outlives(Duration::from_secs(hold.ttl))),
+    };
+    match run_while_held(command, &info, lost, hold.grace, guarded, signals, printer).await? {
         Ended::Exited(code) => Ok(code),
         Ended::Lost(loss) => Err(Failure::Lost(loss)),
+    }
+}
+
+/// The status of a run ended by signal `number` before it held: 0 without
+/// a command (nothing was asked but to hold until a signal), 128+N with
+/// one (the command never ran).
+pub fn interrupted(command: &[String], number: i32) -> u8 {
+    if command.is_empty() {
+        0
+    } else {
+        u8::try_from(128 + number).unwrap_or(255)
     }
 }
 

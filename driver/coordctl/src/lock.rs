@@ -7,11 +7,12 @@ use coord::lock::{
 use coord::{Error, Mutex};
 
 use crate::cli::{Global, Lock, LockBackend};
-use crate::elect::{hold_then_release, session_options};
+use crate::elect::{hold_then_release, interrupted, session_options};
 use crate::exit::Failure;
+use crate::guard::Guard;
 use crate::output::{Printer, Record};
 use crate::setup::{self, Signals};
-use crate::supervise::{run_while_held, Ended, HoldInfo};
+use crate::supervise::{run_while_held, ttl_outlives, Ended, Guarded, HoldInfo};
 
 /// Takes the lock (waiting, bounded by `--timeout`, or not at all with
 /// `--try`), runs the command while holding it, releases it when the
@@ -48,14 +49,13 @@ pub async fn run(
                 mutex.lock().await
             }
         } => taken,
-        _ = signals.next() => Err(Error::Closed),
+        number = signals.next() => {
+            let _ = mutex.close().await;
+            return Ok(interrupted(&args.command, number));
+        }
     };
     let guard = match taken {
         Ok(guard) => guard,
-        Err(Error::Closed) => {
-            let _ = mutex.close().await;
-            return Ok(0);
-        }
         Err(e) => {
             let _ = mutex.close().await;
             if matches!(e, Error::Locked | Error::Timeout) {
@@ -97,18 +97,24 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
             Failure::Usage("--url is needed with --backend redis or postgres".into())
         })
     };
+    // Started first: a file lock's marker names the guard, which
+    // outlives coordctl until the command is gone.
+    let guard = Guard::start()?;
+    let guard_pid = guard
+        .pid()
+        .ok_or_else(|| Failure::Guard(std::io::Error::other("the guard exited at once")))?;
+    let ttl = std::time::Duration::from_secs(args.hold.ttl);
     let locker = match args.backend {
         LockBackend::Flock => Locker::flock(FlockConfig::new(dir()?).with_slots(slots))?,
         LockBackend::File => Locker::file(
             FileConfig::new(dir()?)
                 .with_slots(slots)
-                .with_stale_after(args.stale_after),
+                .with_stale_after(args.stale_after)
+                .with_owner(guard_pid),
         )?,
-        LockBackend::Redis => Locker::redis(
-            RedisConfig::new(url()?)
-                .with_slots(slots)
-                .with_ttl(std::time::Duration::from_secs(args.hold.ttl)),
-        )?,
+        LockBackend::Redis => {
+            Locker::redis(RedisConfig::new(url()?).with_slots(slots).with_ttl(ttl))?
+        }
         LockBackend::Postgres => Locker::postgres(PostgresConfig::new(url()?).with_slots(slots))?,
         LockBackend::Etcd => return Err(Failure::Usage("etcd is not this path".into())),
     };
@@ -121,7 +127,7 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
                 locker.acquire(&args.name, args.timeout).await
             }
         } => taken,
-        _ = signals.next() => return Ok(0),
+        number = signals.next() => return Ok(interrupted(&args.command, number)),
     };
     let mut holder = match taken {
         Ok(h) => h,
@@ -137,11 +143,20 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
         fence: holder.token().0,
         key: args.name.clone(),
     };
+    let guarded = Guarded {
+        guard,
+        keep: holder.hold_fds(),
+        outlives: match args.backend {
+            LockBackend::Redis | LockBackend::Etcd => Some(ttl_outlives(ttl)),
+            LockBackend::Flock | LockBackend::File | LockBackend::Postgres => None,
+        },
+    };
     let ended = run_while_held(
         &args.command,
         &info,
         holder.lost(),
         args.hold.grace,
+        guarded,
         signals,
         printer,
     )

@@ -6,6 +6,7 @@
 mod cli;
 mod elect;
 mod exit;
+mod guard;
 mod hosts;
 mod lock;
 mod output;
@@ -28,13 +29,25 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(exit::USAGE)
-            } else {
+            return if !e.use_stderr() {
                 ExitCode::SUCCESS
+            } else if usage_names_a_command(std::env::args()) {
+                ExitCode::from(exit::COMMAND_FAILED)
+            } else {
+                ExitCode::from(exit::USAGE)
             };
         }
     };
+    match &cli.command {
+        Command::Guard => return guard::serve(),
+        Command::Completion(c) => {
+            let mut command = cli::for_completion();
+            clap_complete::generate(c.shell, &mut command, "coordctl", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    let with_command = cli.command.runs_command();
     logs(cli.global.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -46,13 +59,24 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let ended = runtime.block_on(run(cli));
+    if output::stdout_closed() {
+        // As a writer killed by SIGPIPE, after cleaning up.
+        return ExitCode::from(exit::STDOUT_CLOSED);
+    }
+    match ended {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("coordctl: {failure}");
-            failure.exit_code()
+            failure.exit_code(with_command)
         }
     }
+}
+
+/// Whether a command line that does not parse was meant to run a command
+/// (`lock`, or anything with `--`): its bad usage then exits 125, not 1.
+fn usage_names_a_command(args: impl Iterator<Item = String>) -> bool {
+    args.skip(1).any(|a| a == "--" || a == "lock")
 }
 
 /// Logs to stderr: `RUST_LOG`, else warnings, `-v` coord's debug logs,
@@ -93,6 +117,7 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
     let printer = Printer::new(cli.global.output);
     let global = &cli.global;
     match &cli.command {
+        Command::Guard | Command::Completion(_) => Ok(0),
         Command::Register(args) => {
             register::run(global, args, &mut signals, printer).await?;
             Ok(0)

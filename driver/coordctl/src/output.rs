@@ -1,6 +1,8 @@
 //! Printing: a human table or line per event, or one JSON object per line.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
@@ -32,8 +34,10 @@ impl Record {
     }
 }
 
-/// Prints records to stdout in the chosen format. A write error (a closed
-/// pipe) is ignored: the command goes on, as its holder may depend on it.
+/// Prints records to stdout in the chosen format. A closed stdout (a
+/// pipe whose reader left: `coordctl hosts --watch | head -1`) is noticed
+/// on a write, or at once by [`watch_stdout`]: [`closed`] completes, and
+/// the subcommand ends as on SIGTERM (see `Signals::next`), exiting 141.
 #[derive(Debug, Clone, Copy)]
 pub struct Printer {
     format: Output,
@@ -71,9 +75,81 @@ impl Printer {
 }
 
 fn emit(text: &str) {
+    if stdout_closed() {
+        return;
+    }
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{text}");
-    let _ = out.flush();
+    let written = writeln!(out, "{text}").and_then(|()| out.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            mark_closed();
+        }
+    }
+}
+
+static CLOSED: AtomicBool = AtomicBool::new(false);
+static CLOSING: LazyLock<tokio::sync::Notify> = LazyLock::new(tokio::sync::Notify::new);
+
+fn mark_closed() {
+    CLOSED.store(true, Ordering::SeqCst);
+    CLOSING.notify_waiters();
+}
+
+/// True once stdout was found closed.
+pub fn stdout_closed() -> bool {
+    CLOSED.load(Ordering::SeqCst)
+}
+
+/// Completes once stdout is found closed.
+///
+/// Cancel safety: cancel-safe (it only waits).
+pub async fn closed() {
+    loop {
+        let notified = CLOSING.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if stdout_closed() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Watches stdout, when it is a pipe or a socket, for its reader leaving
+/// (`POLLERR`/`POLLHUP`), so that a command that prints rarely (`hosts
+/// --watch`) ends as soon as its reader does, not at its next line.
+pub fn watch_stdout() {
+    use nix::sys::stat::{fstat, SFlag};
+    use std::os::fd::{AsFd, AsRawFd};
+    let Ok(meta) = fstat(std::io::stdout().as_fd().as_raw_fd()) else {
+        return;
+    };
+    let kind = SFlag::from_bits_truncate(meta.st_mode) & SFlag::S_IFMT;
+    if kind != SFlag::S_IFIFO && kind != SFlag::S_IFSOCK {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("stdout-watch".into())
+        .spawn(|| {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let stdout = std::io::stdout();
+            loop {
+                let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Ok(_) => {
+                        let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+                        if revents.intersects(
+                            PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL,
+                        ) {
+                            mark_closed();
+                            return;
+                        }
+                    }
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(_) => return,
+                }
+            }
+        });
 }
 
 fn json_line(record: &Record, at: SystemTime) -> String {

@@ -92,29 +92,39 @@ pub async fn connect(global: &Global) -> Result<coord::Client, Failure> {
     Ok(client)
 }
 
-/// SIGINT and SIGTERM, caught from the start so that neither kills
-/// coordctl before it has cleaned up.
+/// SIGINT, SIGTERM and SIGHUP, caught from the start so that none kills
+/// coordctl before it has cleaned up; and a closed stdout, which ends a
+/// subcommand the same way.
 pub struct Signals {
     interrupt: Signal,
     terminate: Signal,
+    hangup: Signal,
 }
 
 impl Signals {
-    /// Catches SIGINT and SIGTERM from now on.
+    /// Catches SIGINT, SIGTERM and SIGHUP from now on, and watches stdout.
     pub fn catch() -> Result<Self, Failure> {
         let install =
             |kind| signal(kind).map_err(|e| Failure::Usage(format!("cannot catch signals: {e}")));
-        Ok(Signals {
+        let signals = Signals {
             interrupt: install(SignalKind::interrupt())?,
             terminate: install(SignalKind::terminate())?,
-        })
+            hangup: install(SignalKind::hangup())?,
+        };
+        crate::output::watch_stdout();
+        Ok(signals)
     }
 
-    /// The next SIGINT or SIGTERM; its number.
+    /// The next SIGINT, SIGTERM or SIGHUP, its number; or SIGPIPE's once
+    /// stdout is found closed.
+    ///
+    /// Cancel safety: cancel-safe.
     pub async fn next(&mut self) -> i32 {
         tokio::select! {
             _ = self.interrupt.recv() => nix::libc::SIGINT,
             _ = self.terminate.recv() => nix::libc::SIGTERM,
+            _ = self.hangup.recv() => nix::libc::SIGHUP,
+            () = crate::output::closed() => nix::libc::SIGPIPE,
         }
     }
 }

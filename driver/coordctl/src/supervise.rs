@@ -1,6 +1,7 @@
 //! Running a command while holding leadership or a lock: the contract of
 //! `coordctl campaign ... -- CMD` and `coordctl lock ... -- CMD`.
 
+use std::os::fd::BorrowedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use tokio::process::{Child, Command};
 use tracing::{info, warn};
 
 use crate::exit::Failure;
+use crate::guard::Guard;
 use crate::output::{Printer, Record};
 use crate::setup::Signals;
 
@@ -33,6 +35,36 @@ pub struct HoldInfo {
     pub key: String,
 }
 
+/// The command's guard (see `guard`), and what it needs to know.
+#[derive(Debug)]
+pub struct Guarded<'a> {
+    /// The guard, started.
+    pub guard: Guard,
+    /// The descriptors that keep the hold (`Holder::hold_fds`): the guard
+    /// keeps them open until the command is gone.
+    pub keep: Vec<BorrowedFd<'a>>,
+    /// How long the hold surely outlives coordctl's death, for a hold that
+    /// expires by itself (etcd, redis); `None` for one that lasts while
+    /// the guard keeps `keep` open or lives (flock, postgres, file).
+    pub outlives: Option<Duration>,
+}
+
+impl Guarded<'_> {
+    /// How long after SIGTERM the guard sends SIGKILL: the grace, cut to
+    /// end within what the hold outlives coordctl.
+    fn kill_after(&self, grace: Duration) -> Duration {
+        self.outlives.map_or(grace, |o| grace.min(o))
+    }
+}
+
+/// How long a hold that coordctl refreshes every third of `ttl` surely
+/// outlives coordctl's death: two thirds of the TTL (refreshed on time,
+/// it had at least that left), less a quarter second for the refresh's
+/// own round trip and the guard's reaction.
+pub fn ttl_outlives(ttl: Duration) -> Duration {
+    (ttl * 2 / 3).saturating_sub(Duration::from_millis(250))
+}
+
 /// The exit status that reports `status`: its code, or 128+N for signal N.
 pub fn status_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
@@ -48,13 +80,19 @@ pub fn status_code(status: ExitStatus) -> u8 {
 /// - It exits: `Ended::Exited` with its status (the caller releases).
 /// - The hold is lost: SIGTERM, then SIGKILL after `grace`;
 ///   `Ended::Lost`.
-/// - coordctl gets SIGINT or SIGTERM: the same signal is passed on, the
-///   command has `grace` to exit before SIGKILL; `Ended::Exited`.
+/// - coordctl gets SIGINT, SIGTERM or SIGHUP: the same signal is passed
+///   on (SIGTERM for a closed stdout), the command has `grace` to exit
+///   before SIGKILL; `Ended::Exited`.
+/// - coordctl dies: `guarded`'s guard stops the command (see `guard`).
+///
+/// The command is not run without its guard: a guard that cannot be told
+/// about it fails the run (the command is killed at once).
 pub async fn run_while_held<L, F>(
     argv: &[String],
     held: &HoldInfo,
     lost: F,
     grace: Duration,
+    guarded: Guarded<'_>,
     signals: &mut Signals,
     printer: Printer,
 ) -> Result<Ended<L>, Failure>
@@ -76,13 +114,27 @@ where
             error,
         })?;
     let pid = child.id();
+    let told = pid
+        .ok_or_else(|| std::io::Error::other("the command has no pid"))
+        .map_err(Failure::Guard)
+        .and_then(|pid| {
+            guarded
+                .guard
+                .watch(pid, guarded.kill_after(grace), &guarded.keep)
+        });
+    if let Err(e) = told {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        guarded.guard.dismiss().await;
+        return Err(e);
+    }
     info!(?pid, command = %program, "command started");
     printer.event(
         &Record::new("started")
             .with("command", program.as_str())
             .with("pid", pid.map_or(serde_json::Value::Null, Into::into)),
     );
-    tokio::select! {
+    let ended = tokio::select! {
         status = child.wait() => {
             let code = exited(status, program, printer);
             Ok(Ended::Exited(code))
@@ -95,12 +147,17 @@ where
             Ok(Ended::Lost(loss))
         }
         number = signals.next() => {
-            let signal = Signal::try_from(number).unwrap_or(Signal::SIGTERM);
+            let signal = match Signal::try_from(number) {
+                Ok(Signal::SIGPIPE) | Err(_) => Signal::SIGTERM,
+                Ok(signal) => signal,
+            };
             info!(%signal, "passing the signal on to the command");
             let status = stop(&mut child, signal, grace, printer).await;
             Ok(Ended::Exited(exited(status, program, printer)))
         }
-    }
+    };
+    guarded.guard.dismiss().await;
+    ended
 }
 
 /// Sends `signal`, waits `grace`, then SIGKILL; the command's status.

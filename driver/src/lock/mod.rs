@@ -34,7 +34,8 @@ mod watchdog;
 use std::time::Duration;
 
 pub use coord_core::lock::{
-    validate_lock_name, LockNameError, Released, Slots, SlotsError, Strategy, MAX_LOCK_NAME_LEN,
+    validate_lock_name, LockNameError, PidProbe, Released, Slots, SlotsError, Strategy,
+    MAX_LOCK_NAME_LEN,
 };
 pub use coord_core::FencingToken;
 pub use file::{FileConfig, FileLocks, Swept};
@@ -44,6 +45,21 @@ pub use memory::MemoryLocks;
 pub use postgres::{PostgresConfig, PostgresLocks};
 #[cfg(all(feature = "redis", not(madsim)))]
 pub use redis::{RedisConfig, RedisLocks};
+
+/// Probes process `pid` on this host as file locks judge a marker's
+/// holder: `Gone` when there is no such process or it is a zombie (dead,
+/// not yet reaped), `Alive` with its start time (Linux: clock ticks since
+/// boot), or `Denied`/`Failed` when it cannot tell. Sends no signal.
+pub fn probe_pid(pid: u32) -> PidProbe {
+    pid::probe(pid)
+}
+
+/// When process `pid` started (Linux: `/proc/<pid>/stat` field 22, clock
+/// ticks since boot): with the pid, it names one process, where a pid
+/// alone may be reused. `None` where it cannot be read.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    pid::start_time(pid)
+}
 
 use crate::session::Session;
 use holder::Hold;

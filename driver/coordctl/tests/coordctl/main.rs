@@ -294,27 +294,27 @@ async fn lock_excludes_etcdctl_lock_over_50_handoffs_with_increasing_fences() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn try_lock_on_a_held_lock_exits_3_and_leaves_nothing() {
+async fn try_lock_on_a_held_lock_exits_124_and_leaves_nothing() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
     let mut holder = Peer::lock(&eps, "jobs", 30);
     holder.line(DEADLINE).await;
     let before = keys(&eps).await;
     let (code, _, err) = run(ctl(&eps, &["lock", "jobs", "--try", "--", "true"])).await;
-    assert_eq!(code, 3, "{err}");
+    assert_eq!(code, 124, "{err}");
     assert!(err.contains("held"), "{err}");
     let (code, _, err) = run(ctl(
         &eps,
         &["lock", "jobs", "--timeout", "300ms", "--", "true"],
     ))
     .await;
-    assert_eq!(code, 3, "{err}");
+    assert_eq!(code, 124, "{err}");
     assert_eq!(keys(&eps).await, before, "the waiters withdrew");
     holder.interrupt().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_revoked_lease_terms_the_command_and_exits_4() {
+async fn a_revoked_lease_terms_the_command_and_exits_123() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
@@ -348,7 +348,7 @@ async fn a_revoked_lease_terms_the_command_and_exits_4() {
     next_event(&mut leader, "lost").await;
     let signalled = next_event(&mut leader, "signalled").await;
     assert_eq!(signalled["signal"], "SIGTERM");
-    assert_eq!(leader.wait(DEADLINE).await.code(), Some(4));
+    assert_eq!(leader.wait(DEADLINE).await.code(), Some(123));
     let seen = std::fs::read_to_string(&mark).expect("the command got SIGTERM");
     assert_eq!(
         seen.trim(),
@@ -382,7 +382,7 @@ async fn a_command_past_its_grace_is_killed() {
     next_event(&mut leader, "signalled").await;
     let killed = next_event(&mut leader, "signalled").await;
     assert_eq!(killed["signal"], "SIGKILL");
-    assert_eq!(leader.wait(DEADLINE).await.code(), Some(4));
+    assert_eq!(leader.wait(DEADLINE).await.code(), Some(123));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -424,7 +424,7 @@ async fn campaign_leader_and_observe_share_an_election_with_etcdctl_elect() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn bad_input_exits_1_and_writes_nothing() {
+async fn bad_input_exits_1_or_125_with_a_command_and_writes_nothing() {
     let etcd = EtcdCluster::single().await;
     let eps = etcd.endpoints();
     let dir = tempfile::tempdir().unwrap();
@@ -457,7 +457,9 @@ async fn bad_input_exits_1_and_writes_nothing() {
     ];
     for args in cases {
         let (code, out, err) = run(ctl(&eps, &args)).await;
-        assert_eq!(code, 1, "{args:?}: stdout {out:?} stderr {err:?}");
+        // `lock` always runs a command: its bad usage is 125.
+        let want = if args.contains(&"lock") { 125 } else { 1 };
+        assert_eq!(code, want, "{args:?}: stdout {out:?} stderr {err:?}");
         assert!(!err.trim().is_empty(), "{args:?}: says why");
     }
     assert!(keys(&eps).await.is_empty(), "nothing was written");
@@ -480,10 +482,12 @@ async fn an_unreachable_etcd_exits_2_within_the_dial_timeout() {
             c
         })
         .await;
-        assert_eq!(code, 2, "{args:?}: {err}");
+        let want = if args.contains(&"--") { 125 } else { 2 };
+        assert_eq!(code, want, "{args:?}: {err}");
         assert!(err.contains("unreachable"), "{args:?}: {err}");
         assert!(start.elapsed() < DEADLINE / 2, "no hang");
     }
 }
 
+mod guard;
 mod setups;

@@ -246,12 +246,12 @@ async fn lock_on_flock_and_file_backends_keeps_the_same_contract() {
         .await;
         assert_eq!(code, 7, "{backend}: {err}");
         assert!(out.contains("fence=1 key=jobs"), "{backend}: {out}");
-        // Held by another: --try and --timeout exit 3.
+        // Held by another: --try and --timeout exit 124.
         let mut holder = Peer::spawn(local(&["jobs", "--", "sleep", "600"]));
         let mut held = false;
         for _ in 0..100 {
             let (code, _, _) = run(local(&["jobs", "--try", "--", "true"])).await;
-            if code == 3 {
+            if code == 124 {
                 held = true;
                 break;
             }
@@ -259,7 +259,7 @@ async fn lock_on_flock_and_file_backends_keeps_the_same_contract() {
         }
         assert!(held, "{backend}: the holder never held");
         let (code, _, err) = run(local(&["jobs", "--timeout", "300ms", "--", "true"])).await;
-        assert_eq!(code, 3, "{backend}: {err}");
+        assert_eq!(code, 124, "{backend}: {err}");
         holder.interrupt().await;
         // Released: the next holder gets a greater token.
         let (code, out, err) = run(local(&["jobs", "--", "sh", "-c", "echo $COORD_FENCE"])).await;
@@ -271,7 +271,8 @@ async fn lock_on_flock_and_file_backends_keeps_the_same_contract() {
             .find_map(|l| l.trim().parse().ok())
             .unwrap_or_else(|| panic!("{backend}: no token in {out}"));
         assert!(fence >= 3, "{backend}: token {fence}");
-        // Bad names and options: exit 1, nothing written.
+        // Bad names and options: exit 125 (with a command), nothing
+        // written.
         let before = std::fs::read_dir(dir.path()).unwrap().count();
         for bad in [
             &["a/b", "--", "true"][..],
@@ -279,12 +280,12 @@ async fn lock_on_flock_and_file_backends_keeps_the_same_contract() {
             &["j", "--slots", "0", "--", "true"],
         ] {
             let (code, _, err) = run(local(bad)).await;
-            assert_eq!(code, 1, "{backend} {bad:?}: {err}");
+            assert_eq!(code, 125, "{backend} {bad:?}: {err}");
         }
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), before);
     }
     let (code, _, err) = run(ctl(&eps, &["lock", "jobs", "--slots", "2", "--", "true"])).await;
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 125, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -319,7 +320,7 @@ async fn lock_on_redis_runs_the_command_and_refuses_a_held_lock() {
     let mut held = false;
     for _ in 0..100 {
         let (code, _, _) = run(redis(&["jobs", "--try", "--", "true"])).await;
-        if code == 3 {
+        if code == 124 {
             held = true;
             break;
         }
