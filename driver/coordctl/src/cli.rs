@@ -123,6 +123,7 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         coordctl hosts\n  \
         coordctl hosts --watch -w json\n  \
+        coordctl hosts --hostname 'db-*' --version '1.4.*'\n  \
         coordctl --prefix /myapp/hosts/ hosts")]
     Hosts(Hosts),
     /// Campaign in the election NAME with VALUE and print when elected.
@@ -145,6 +146,21 @@ pub enum Command {
         coordctl observe scheduler\n  \
         coordctl -w json observe scheduler | head -1")]
     Observe(Named),
+    /// Print each endpoint's health, member id, version, whether it leads,
+    /// raft term, revision, database size and alarms; then the members, and
+    /// how many keys are under `--prefix`. Exit 2 if an endpoint does not
+    /// answer (after printing what did).
+    #[command(after_help = "Examples:\n  \
+        coordctl --endpoints 10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 status\n  \
+        coordctl -w json status")]
+    Status,
+    /// Print the holder and the waiters of the election or lock NAME in
+    /// order (the holder first), with their values, create revisions,
+    /// leases and the seconds each lease has left (nothing is written).
+    #[command(after_help = "Examples:\n  \
+        coordctl queue nightly-backup\n  \
+        coordctl -w json queue scheduler")]
+    Queue(Named),
     /// Take the lock NAME and run a command while holding it. The command
     /// gets the fencing token in `COORD_FENCE` and the lock's key in
     /// `COORD_KEY`. If the lock is lost, the command gets SIGTERM, then
@@ -250,6 +266,16 @@ pub struct Hosts {
     /// After the list, stream every change until SIGINT or SIGTERM.
     #[arg(long)]
     pub watch: bool,
+    /// Only hosts whose id matches this pattern (`*` any text, `?` one
+    /// character).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Only hosts whose host name matches this pattern.
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// Only hosts whose agent version matches this pattern.
+    #[arg(long = "version")]
+    pub agent_version: Option<String>,
 }
 
 /// A subcommand that only names an election.
@@ -391,6 +417,8 @@ mod tests {
             for sub in [
                 "register",
                 "hosts",
+                "status",
+                "queue",
                 "campaign",
                 "leader",
                 "observe",

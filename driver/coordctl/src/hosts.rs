@@ -22,6 +22,7 @@ pub async fn run(
     signals: &mut Signals,
     printer: Printer,
 ) -> Result<(), Failure> {
+    let filter = HostFilter::of(args);
     let client = setup::connect(global).await?;
     let options = WatcherOptions::default()
         .with_prefix(global.prefix.clone())
@@ -44,6 +45,7 @@ pub async fn run(
     let rows: Vec<Record> = watcher
         .view()
         .iter()
+        .filter(|(id, record)| filter.matches(id, record))
         .map(|(id, record)| host_record("host", id, record, now))
         .collect();
     printer.table(&COLUMNS, &rows);
@@ -54,7 +56,8 @@ pub async fn run(
     loop {
         tokio::select! {
             event = watcher.next() => match event {
-                Some(event) => printer.event(&event_record(&event)),
+                Some(event) if filter.shows(&event) => printer.event(&event_record(&event)),
+                Some(_) => {}
                 None => return Err(Error::TaskGone.into()),
             },
             _ = signals.next() => break,
@@ -62,6 +65,87 @@ pub async fn run(
     }
     watcher.close().await;
     Ok(())
+}
+
+/// `hosts --id/--hostname/--version`: patterns a host must match, each
+/// with `*` (any text) and `?` (one character). A host whose metadata does
+/// not decode matches no hostname or version pattern.
+#[derive(Debug, Default)]
+struct HostFilter {
+    id: Option<String>,
+    hostname: Option<String>,
+    version: Option<String>,
+}
+
+impl HostFilter {
+    fn of(args: &Hosts) -> Self {
+        HostFilter {
+            id: args.id.clone(),
+            hostname: args.hostname.clone(),
+            version: args.agent_version.clone(),
+        }
+    }
+
+    fn matches(&self, id: &str, record: &HostRecord<HostMetadata>) -> bool {
+        let field = |pattern: &Option<String>, value: Option<&str>| match pattern {
+            None => true,
+            Some(p) => value.is_some_and(|v| glob(p, v)),
+        };
+        let meta = record.meta.as_ref().ok();
+        field(&self.id, Some(id))
+            && field(&self.hostname, meta.map(|m| m.hostname.as_str()))
+            && field(&self.version, meta.map(|m| m.version.as_str()))
+    }
+
+    /// Whether a watch event is printed: a host event when the host
+    /// matches (an update, when it matches before or after), every other
+    /// event always.
+    fn shows(&self, event: &HostEvent<HostMetadata>) -> bool {
+        match event {
+            HostEvent::Up { host, record, .. } => self.matches(host, record),
+            HostEvent::Down {
+                host, last_seen, ..
+            } => self.matches(host, last_seen),
+            HostEvent::Updated {
+                host,
+                record,
+                previous,
+                ..
+            } => self.matches(host, record) || self.matches(host, previous),
+            _ => true,
+        }
+    }
+}
+
+/// Whether `text` matches `pattern`: `*` any run of characters (none
+/// included), `?` any one character, anything else itself.
+fn glob(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    // The classic two-pointer match with backtracking to the last `*`.
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ti));
+                pi += 1;
+            }
+            Some(c) if *c == '?' || *c == t[ti] => {
+                pi += 1;
+                ti += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    pi = sp + 1;
+                    ti = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
 }
 
 /// A host as a record named `event`: its id, metadata (or why it does not
@@ -167,6 +251,68 @@ mod tests {
         assert_eq!(field("lease"), Some(Value::from("2a")));
         assert_eq!(field("raw"), Some(Value::from("{oops")));
         assert!(matches!(field("error"), Some(Value::String(s)) if s.contains("expected value")));
+    }
+
+    #[test]
+    fn globs_match_any_text_one_character_or_themselves() {
+        for (pattern, text, want) in [
+            ("db-*", "db-7", true),
+            ("db-*", "web-1", false),
+            ("*", "", true),
+            ("", "", true),
+            ("", "a", false),
+            ("1.4.?", "1.4.2", true),
+            ("1.4.?", "1.4.10", false),
+            ("*-7", "db-7", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "axxbyy", false),
+            ("n?de-*", "node-12", true),
+            ("ü*", "über", true),
+        ] {
+            assert_eq!(glob(pattern, text), want, "{pattern:?} {text:?}");
+        }
+    }
+
+    #[test]
+    fn filters_judge_ids_and_metadata_and_updates_either_side() {
+        let rec = |hostname: &str, version: &str| HostRecord::<HostMetadata> {
+            meta: Ok(HostMetadata {
+                hostname: hostname.into(),
+                version: version.into(),
+                ..HostMetadata::default()
+            }),
+            raw: Vec::new(),
+            lease: LeaseId(1),
+            mod_revision: Revision(1),
+        };
+        let filter = HostFilter {
+            id: Some("h*".into()),
+            hostname: None,
+            version: Some("2.*".into()),
+        };
+        assert!(filter.matches("h1", &rec("a", "2.0")));
+        assert!(!filter.matches("x1", &rec("a", "2.0")));
+        assert!(!filter.matches("h1", &rec("a", "1.9")));
+        let broken = HostRecord::<HostMetadata> {
+            meta: Err(DecodeError("bad".into())),
+            ..rec("a", "2.0")
+        };
+        assert!(!filter.matches("h1", &broken), "no version to match");
+        let upgraded = HostEvent::Updated {
+            host: "h1".into(),
+            record: rec("a", "2.0"),
+            previous: rec("a", "1.9"),
+            revision: Revision(2),
+        };
+        assert!(filter.shows(&upgraded), "moved into the filter");
+        assert!(filter.shows(&HostEvent::Synced {
+            revision: Revision(2)
+        }));
+        assert!(!filter.shows(&HostEvent::Down {
+            host: "h2".into(),
+            last_seen: rec("a", "1.0"),
+            revision: Revision(3)
+        }));
     }
 
     #[test]

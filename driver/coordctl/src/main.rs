@@ -8,6 +8,7 @@ mod elect;
 mod exit;
 mod guard;
 mod hosts;
+mod inspect;
 mod lock;
 mod output;
 mod register;
@@ -136,5 +137,13 @@ async fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Lock(args) => lock::run(global, args, &mut signals, printer).await,
+        Command::Status => {
+            inspect::status(global, printer).await?;
+            Ok(0)
+        }
+        Command::Queue(args) => {
+            inspect::queue(global, args, printer).await?;
+            Ok(0)
+        }
     }
 }

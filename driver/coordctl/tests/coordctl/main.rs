@@ -490,4 +490,5 @@ async fn an_unreachable_etcd_exits_2_within_the_dial_timeout() {
 }
 
 mod guard;
+mod inspect;
 mod setups;

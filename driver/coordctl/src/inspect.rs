@@ -1,0 +1,203 @@
+//! `coordctl status` and `coordctl queue`: what an operator looks at
+//! first. Both only read.
+
+use std::time::Duration;
+
+use coord::etcd_client::{GetOptions, SortOrder, SortTarget};
+use coord::Error;
+
+use crate::cli::{Global, Named};
+use crate::exit::Failure;
+use crate::output::{Printer, Record};
+use crate::setup;
+
+/// The columns of `status`'s endpoints.
+const ENDPOINT_COLUMNS: [&str; 9] = [
+    "endpoint", "health", "member", "version", "leader", "term", "revision", "db_size", "error",
+];
+/// The columns of `status`'s members.
+const MEMBER_COLUMNS: [&str; 5] = ["member", "name", "client_urls", "peer_urls", "learner"];
+/// The columns of `queue`.
+const QUEUE_COLUMNS: [&str; 7] = [
+    "position",
+    "role",
+    "key",
+    "value",
+    "create_revision",
+    "lease",
+    "ttl",
+];
+
+/// `coordctl status`: each endpoint asked on its own (its health, member,
+/// version, whether it leads, raft term, revision, database size and
+/// alarms), then the members as the first endpoint that answered lists
+/// them, then the hosts registered under `--prefix`. `Err` (exit 2) when
+/// an endpoint did not answer; everything that answered is printed first.
+pub async fn status(global: &Global, printer: Printer) -> Result<(), Failure> {
+    let options = setup::connect_options(global)?;
+    let endpoints: Vec<String> = global
+        .endpoints
+        .iter()
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty())
+        .collect();
+    let mut rows = Vec::new();
+    let mut reached = None;
+    let mut failed = Vec::new();
+    for endpoint in &endpoints {
+        match endpoint_status(endpoint, options.clone(), global.dial_timeout).await {
+            Ok((row, client)) => {
+                rows.push(row);
+                reached.get_or_insert(client);
+            }
+            Err(e) => {
+                rows.push(
+                    Record::new("endpoint")
+                        .with("endpoint", endpoint.as_str())
+                        .with("health", "unreachable")
+                        .with("error", e.to_string()),
+                );
+                failed.push(format!("{endpoint}: {e}"));
+            }
+        }
+    }
+    printer.table(&ENDPOINT_COLUMNS, &rows);
+    if let Some(client) = reached {
+        let mut etcd = client.etcd();
+        let members = tokio::time::timeout(global.command_timeout, etcd.member_list()).await;
+        match members {
+            Ok(Ok(list)) => {
+                let rows: Vec<Record> = list
+                    .members()
+                    .iter()
+                    .map(|m| {
+                        Record::new("member")
+                            .with("member", format!("{:x}", m.id()))
+                            .with("name", m.name())
+                            .with("client_urls", m.client_urls().join(","))
+                            .with("peer_urls", m.peer_urls().join(","))
+                            .with("learner", m.is_learner())
+                    })
+                    .collect();
+                printer.table(&MEMBER_COLUMNS, &rows);
+            }
+            Ok(Err(e)) => failed.push(format!("member list: {e}")),
+            Err(_) => failed.push("member list: no answer in time".into()),
+        }
+        let hosts = tokio::time::timeout(
+            global.command_timeout,
+            etcd.get(
+                global.prefix.as_str(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            ),
+        )
+        .await;
+        match hosts {
+            Ok(Ok(r)) => printer.table(
+                &["prefix", "keys", "revision"],
+                &[Record::new("hosts")
+                    .with("prefix", global.prefix.as_str())
+                    .with("keys", r.count())
+                    .with("revision", r.header().map_or(0, |h| h.revision()))],
+            ),
+            Ok(Err(e)) => failed.push(format!("hosts: {e}")),
+            Err(_) => failed.push("hosts: no answer in time".into()),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Unreachable(coord::Cause::msg(failed.join("; "))).into())
+    }
+}
+
+/// One endpoint's status row, and a client to it.
+async fn endpoint_status(
+    endpoint: &str,
+    options: coord::ConnectOptions,
+    within: Duration,
+) -> Result<(Record, coord::Client), Error> {
+    let client = tokio::time::timeout(within, coord::connect(&[endpoint], options))
+        .await
+        .map_err(|_| {
+            Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}")))
+        })??;
+    client.check(within).await?;
+    let mut maintenance = client.etcd().maintenance_client();
+    let status = tokio::time::timeout(within, maintenance.status())
+        .await
+        .map_err(|_| Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}"))))?
+        .map_err(|e| Error::Unreachable(coord::Cause::new(e)))?;
+    let header = status.header();
+    let member = header.map_or(0, |h| h.member_id());
+    let errors = status.errors().join("; ");
+    let row = Record::new("endpoint")
+        .with("endpoint", endpoint)
+        .with("health", if errors.is_empty() { "ok" } else { "alarm" })
+        .with("member", format!("{member:x}"))
+        .with("version", status.version())
+        .with("leader", status.leader() != 0 && status.leader() == member)
+        .with("term", status.raft_term())
+        .with("revision", header.map_or(0, |h| h.revision()))
+        .with("db_size", status.db_size())
+        .with("error", errors);
+    Ok((row, client))
+}
+
+/// `coordctl queue NAME`: the keys of election or lock NAME (as etcd's Go
+/// `concurrency` package and coordctl write them, `NAME/<lease hex>`) in
+/// the order they hold and wait: the first holds. Each with its value,
+/// create revision, lease and the seconds its lease has left (-1 once it
+/// is gone).
+pub async fn queue(global: &Global, args: &Named, printer: Printer) -> Result<(), Failure> {
+    coord::validate_name(&args.name)?;
+    let client = setup::connect(global).await?;
+    let mut etcd = client.etcd();
+    let prefix = format!("{}/", args.name);
+    let within = global.command_timeout;
+    let listed = tokio::time::timeout(
+        within,
+        etcd.get(
+            prefix.as_str(),
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend),
+            ),
+        ),
+    )
+    .await
+    .map_err(|_| Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}"))))?
+    .map_err(|e| Error::Unreachable(coord::Cause::new(e)))?;
+    let mut rows = Vec::new();
+    for (position, kv) in listed.kvs().iter().enumerate() {
+        let ttl = if kv.lease() == 0 {
+            None
+        } else {
+            let asked =
+                tokio::time::timeout(within, etcd.lease_time_to_live(kv.lease(), None)).await;
+            match asked {
+                Ok(Ok(r)) => Some(r.ttl()),
+                Ok(Err(e)) => return Err(Error::Unreachable(coord::Cause::new(e)).into()),
+                Err(_) => {
+                    return Err(Error::Unreachable(coord::Cause::msg(format!(
+                        "no answer within {within:?}"
+                    )))
+                    .into())
+                }
+            }
+        };
+        rows.push(
+            Record::new("queued")
+                .with("position", position)
+                .with("role", if position == 0 { "holder" } else { "waiter" })
+                .with("key", String::from_utf8_lossy(kv.key()).into_owned())
+                .with("value", String::from_utf8_lossy(kv.value()).into_owned())
+                .with("create_revision", kv.create_revision())
+                .with("lease", format!("{:x}", kv.lease()))
+                .with("ttl", ttl),
+        );
+    }
+    printer.table(&QUEUE_COLUMNS, &rows);
+    Ok(())
+}
