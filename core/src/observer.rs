@@ -8,14 +8,19 @@
 //! revision or value changed. Changes of one revision (a lease revoke
 //! deleting several candidates) count once, so a leader is never reported
 //! that did not lead at some revision. After a re-list (compaction), the
-//! leader at the new listing is reported if it differs.
+//! leader at the new listing is reported if it differs. etcd's history
+//! starting over (wiped, restored, another cluster) is announced first
+//! with `Reset`, then the leader at the new listing is reported, changed
+//! or not: its revision may be below every one reported before.
 
 use std::collections::BTreeMap;
 
 use crate::ids::{FencingToken, Key, Revision};
 use crate::io::Command;
 use crate::kv::KeyValue;
-use crate::mirror::{Change, Mirror, MirrorConfig, MirrorConfigError, MirrorMachine, MirrorReader};
+use crate::mirror::{
+    Change, Mirror, MirrorConfig, MirrorConfigError, MirrorMachine, MirrorReader, ResyncReason,
+};
 use crate::outbox::{self};
 use crate::outcome::{AttemptFailure, Retry};
 
@@ -40,6 +45,16 @@ pub enum Event {
         /// Who leads.
         leader: Option<Leader>,
         /// The revision this reflects.
+        revision: Revision,
+    },
+    /// etcd's history started over (wiped, restored from a snapshot, or
+    /// another cluster answers): the leader at `revision` is reported
+    /// next, whether it changed or not, and revisions from here on may be
+    /// below every one reported before.
+    Reset {
+        /// Why (`RevisionWentBack`, `HistoryDiverged` or `ClusterChanged`).
+        reason: ResyncReason,
+        /// The new listing's revision.
         revision: Revision,
     },
     /// A list or watch failed; the next try is at `next_at`.
@@ -104,6 +119,7 @@ impl MirrorReader for LeaderReader {
             Change::Put { revision, .. }
             | Change::Deleted { revision, .. }
             | Change::Synced { revision }
+            | Change::Reset { revision, .. }
             | Change::Resynced { revision, .. } => Some(*revision),
             _ => None,
         };
@@ -118,6 +134,12 @@ impl MirrorReader for LeaderReader {
             }
             Change::Deleted { key, .. } => {
                 self.replica.remove(&key);
+            }
+            Change::Reset { reason, revision } => {
+                // The leader at the new listing is reported, changed or
+                // not: the consumer learns its revision.
+                self.reported = None;
+                emit(Event::Reset { reason, revision });
             }
             Change::Synced { .. } | Change::Resynced { .. } | Change::Ignored { .. } => {}
             Change::Retrying(retry) => emit(Event::Retrying(retry)),

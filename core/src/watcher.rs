@@ -17,7 +17,9 @@
 //! announced with `Retrying`. Nothing is lost and nothing repeated: every
 //! event applies to the view exactly as emitted, and the revisions of
 //! emitted events never decrease (events of one etcd revision, such as a
-//! lease revoke deleting several hosts, share it).
+//! lease revoke deleting several hosts, share it), but at a `Reset`: etcd
+//! wiped or restored is announced first, and revisions may go down from
+//! it on, to its own.
 //!
 //! Keys under the prefix whose tail is not a valid host id (nested paths,
 //! empty tail, unsafe characters) are never events: `Ignored` reports them
@@ -150,6 +152,16 @@ pub enum Event {
         /// The snapshot's revision.
         revision: Revision,
     },
+    /// etcd's history started over (wiped, restored from a snapshot, or
+    /// another cluster answers): the difference to the new contents
+    /// follows, then `Resynced`; from this event on, revisions (this one's
+    /// first) may be below every revision reported before.
+    Reset {
+        /// Why (`RevisionWentBack`, `HistoryDiverged` or `ClusterChanged`).
+        reason: ResyncReason,
+        /// The new listing's revision.
+        revision: Revision,
+    },
     /// The view was rebuilt from a fresh range (after the differences).
     Resynced {
         /// Why.
@@ -265,6 +277,7 @@ impl MirrorReader for HostReader {
                 revision,
             },
             Change::Synced { revision } => Event::Synced { revision },
+            Change::Reset { reason, revision } => Event::Reset { reason, revision },
             Change::Resynced { reason, revision } => Event::Resynced { reason, revision },
             Change::Ignored { key } => Event::Ignored {
                 key,

@@ -165,7 +165,7 @@ pub fn run(data: &[u8]) -> crate::Reach {
         base: 0,
         replica: BTreeMap::new(),
         last_revision: Revision(0),
-        restore: None,
+        resetting: None,
         closed: false,
         started: false,
         exclude: config.exclude_host,
@@ -187,8 +187,8 @@ struct Harness {
     base: i64,
     replica: BTreeMap<String, KeyValue>,
     last_revision: Revision,
-    /// The revision a restore announced in this drain starts over from.
-    restore: Option<Revision>,
+    /// The reason of a `Reset` whose `Resynced` has not come yet.
+    resetting: Option<ResyncReason>,
     closed: bool,
     started: bool,
     exclude: Option<String>,
@@ -315,27 +315,6 @@ impl Harness {
 
     fn drain(&mut self, m: &mut Watcher) {
         let outs: Vec<Output> = std::iter::from_fn(|| m.poll()).collect();
-        // A restore's differences come at its (lower) revision, before the
-        // `Resynced` that explains them.
-        self.restore = outs.iter().find_map(|o| match o {
-            Output::Event(Event::Resynced {
-                reason: ResyncReason::RevisionWentBack { seen, now },
-                revision,
-            }) => {
-                assert_eq!(now, revision, "a restore resyncs at etcd's revision now");
-                assert!(seen > now, "went back means lower");
-                assert!(*seen >= self.last_revision, "from the revision reflected");
-                Some(*revision)
-            }
-            Output::Event(Event::Resynced {
-                reason: ResyncReason::ClusterChanged { from, to },
-                revision,
-            }) => {
-                assert_ne!(from, to, "another cluster");
-                Some(*revision)
-            }
-            _ => None,
-        });
         for out in outs {
             assert!(!self.closed, "output after Closed: {out:?}");
             match out {
@@ -360,11 +339,29 @@ impl Harness {
     }
 
     fn apply(&mut self, e: Event) {
-        let restore = self.restore;
+        // A history that started over is announced (`Reset`) before its
+        // difference: the one place a revision may go down, to the reset's.
+        if let Event::Reset { reason, revision } = &e {
+            match reason {
+                ResyncReason::RevisionWentBack { seen, now } => {
+                    assert_eq!(now, revision, "a restore resets at etcd's revision now");
+                    assert!(seen > now, "went back means lower");
+                    assert!(*seen >= self.last_revision, "from the revision reflected");
+                }
+                ResyncReason::ClusterChanged { from, to } => assert_ne!(from, to),
+                ResyncReason::HistoryDiverged { seen } => {
+                    assert!(*seen <= *revision, "diverged: etcd moved past the view");
+                }
+                other => panic!("a reset for {other:?}"),
+            }
+            self.resetting = Some(reason.clone());
+            self.last_revision = *revision;
+            return;
+        }
         let mut check_revision = |r: Revision| {
             assert!(
-                r >= self.last_revision || restore == Some(r),
-                "revision went back without a restore: {r:?} < {:?}",
+                r >= self.last_revision,
+                "revision went back without a reset first: {r:?} < {:?}",
                 self.last_revision
             );
             self.last_revision = r;
@@ -406,10 +403,23 @@ impl Harness {
                 );
             }
             Event::Synced { revision } => check_revision(revision),
-            Event::Resynced { revision, .. } => {
+            Event::Resynced { revision, reason } => {
                 check_revision(revision);
                 self.milestones += 1;
+                let restore = matches!(
+                    reason,
+                    ResyncReason::RevisionWentBack { .. }
+                        | ResyncReason::ClusterChanged { .. }
+                        | ResyncReason::HistoryDiverged { .. }
+                );
+                let announced = self.resetting.take();
+                if restore {
+                    assert_eq!(announced, Some(reason), "a restore's resync was announced");
+                } else {
+                    assert_eq!(announced, None, "a reset closed by its own resync");
+                }
             }
+            Event::Reset { .. } => {}
             Event::Closed => self.closed = true,
             Event::Retrying(retry) => {
                 assert!(retry.attempt > 0, "a retry counts a failure");

@@ -206,6 +206,9 @@ pub enum Entry {
         leader: Option<(String, i64, Vec<u8>)>,
         /// The revision it reflects.
         revision: i64,
+        /// The first observation after etcd's history started over (its
+        /// revision may be below the ones before).
+        reset: bool,
     },
     /// A compaction was applied, up to this revision.
     Compacted {
@@ -431,8 +434,11 @@ pub enum WatcherEventKind {
     Synced,
     /// The view was rebuilt (after a compaction).
     Resynced,
-    /// The view was rebuilt because etcd's revision went back or its
-    /// cluster changed (a wipe): revisions start over here.
+    /// etcd's history started over (a wipe: its revision went back, its
+    /// cluster changed, or its history diverged), announced before the
+    /// difference: revisions start over here.
+    Reset,
+    /// The view was rebuilt after a `Reset` (its difference came between).
     Restored,
     /// The watcher failed to list or watch and waits to retry (its view
     /// may be stale until the retry succeeds).

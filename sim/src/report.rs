@@ -354,13 +354,15 @@ pub fn timeline(r: &CaseResult) -> String {
                 name,
                 leader,
                 revision,
+                reset,
             } => {
                 let who = leader
                     .as_ref()
                     .map_or("nobody".to_string(), |l| l.0.clone());
+                let reset = if *reset { ", after a reset" } else { "" };
                 let _ = writeln!(
                     out,
-                    "{t}  watcher-{watcher}  observes {name}: {who} (rev {revision})"
+                    "{t}  watcher-{watcher}  observes {name}: {who} (rev {revision}{reset})"
                 );
             }
             other => {

@@ -140,17 +140,44 @@ async fn a_wiped_etcd_is_noticed_and_the_watcher_converges_with_the_hosts_back()
     // A host written to the new etcd by someone else.
     put_many(&direct, &[("new".into(), b"{}".to_vec())]).await;
 
-    let e = drain_until(&mut w, Duration::from_secs(30), |e| {
+    let last_before = w.view().values().map(|r| r.mod_revision).max().unwrap();
+    let mut after = Vec::new();
+    drain_until(&mut w, Duration::from_secs(30), |e| {
+        after.push(e.clone());
         matches!(e, HostEvent::Resynced { .. })
     })
     .await;
-    let HostEvent::Resynced { reason, .. } = &e else {
-        unreachable!()
+    // The reset is announced before any event of the new history, and
+    // revisions go down there only.
+    let mut events = after
+        .iter()
+        .filter(|e| !matches!(e, HostEvent::Retrying { .. }));
+    let Some(HostEvent::Reset { reason, revision }) = events.next() else {
+        panic!("the wipe was not announced first: {after:?}");
     };
     assert!(
         matches!(reason, ResyncReason::RevisionWentBack { .. }),
         "{reason:?}"
     );
+    assert!(*revision < last_before, "{revision:?} {last_before:?}");
+    let mut last = *revision;
+    for e in events {
+        let r = match e {
+            HostEvent::Up { revision, .. }
+            | HostEvent::Updated { revision, .. }
+            | HostEvent::Down { revision, .. } => *revision,
+            HostEvent::Resynced {
+                reason: again,
+                revision,
+            } => {
+                assert_eq!(again, reason, "the resync closes the reset");
+                *revision
+            }
+            other => panic!("{other:?} within a reset: {after:?}"),
+        };
+        assert!(r >= last, "revision went back after the reset: {after:?}");
+        last = r;
+    }
     // Every host comes back on a new lease, and the view is etcd's truth:
     // no host or lease from before the wipe survives in it.
     let view = eventually(
@@ -458,8 +485,16 @@ async fn observe_follows_an_election_across_a_wiped_etcd() {
     etcd.wipe(false).await;
     // The leader's key is gone with everything else: nobody leads, and the
     // leadership knows it lost.
+    let before = seen.revision;
     let seen = next(&mut observe).await;
     assert_eq!(seen.leader, None, "{seen:?}");
+    // The observation says that etcd's history started over: its revision
+    // is below the one before, the one time it may be.
+    assert!(
+        matches!(seen.reset, Some(ResyncReason::RevisionWentBack { .. })),
+        "{seen:?}"
+    );
+    assert!(seen.revision < before, "{seen:?} after {before:?}");
     tokio::time::timeout(Duration::from_secs(30), lead.lost())
         .await
         .expect("the leadership lost in time");

@@ -66,6 +66,17 @@ pub enum Change {
         /// The listing's revision.
         revision: Revision,
     },
+    /// etcd's history started over (wiped, restored from a snapshot, or
+    /// another cluster answers): announced before the difference to the
+    /// new contents, whose revisions (this one's) may be below every
+    /// revision reported before. `Resynced` with the same reason follows
+    /// the difference.
+    Reset {
+        /// Why (`RevisionWentBack`, `HistoryDiverged` or `ClusterChanged`).
+        reason: ResyncReason,
+        /// The new listing's revision.
+        revision: Revision,
+    },
     /// The view was rebuilt from a fresh range (after the differences).
     Resynced {
         /// Why.

@@ -86,6 +86,17 @@ impl Mirror {
         } else {
             listing.revision.max(self.revision)
         };
+        // A history that started over is announced before its difference,
+        // so that a consumer storing revisions learns first that they may
+        // go down.
+        let reset = match (&restore, reason) {
+            (Some(reason), _) => Some(reason.clone()),
+            (None, ListReason::Diverged(seen)) => Some(ResyncReason::HistoryDiverged { seen }),
+            (None, ListReason::Initial | ListReason::Resync(_) | ListReason::Check) => None,
+        };
+        if let Some(reason) = reset {
+            self.change(Change::Reset { reason, revision });
+        }
         let gone: Vec<Key> = self
             .view
             .keys()

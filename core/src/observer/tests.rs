@@ -200,3 +200,85 @@ fn deletions_in_one_revision_never_report_a_leader_that_never_led() {
         }]
     );
 }
+
+/// Lists `kvs` at `rev` as the answer to the next range the observer
+/// sends, firing its timers until it sends one.
+fn answer_next_range(o: &mut Observer, kvs: Vec<KeyValue>, rev: i64) {
+    let mut now = 0;
+    for _ in 0..20 {
+        for out in std::iter::from_fn(|| o.poll()).collect::<Vec<_>>() {
+            if let outbox::Output::Command(Command::Range { op, .. }) = out {
+                o.handle(
+                    t(now),
+                    Input::Io(Completion::Listed {
+                        op,
+                        outcome: Outcome::Ok(Listing {
+                            cluster: crate::ClusterId::default(),
+                            more: false,
+                            count: u64::try_from(kvs.len()).unwrap(),
+                            kvs,
+                            revision: Revision(rev),
+                        }),
+                    }),
+                )
+                .unwrap();
+                return;
+            }
+        }
+        now = o.poll_timeout().expect("a timer").as_millis();
+        o.handle(t(now), Input::Timeout).unwrap();
+    }
+    panic!("no range sent");
+}
+
+/// etcd restored to an older snapshot (its revision went back): `Reset`
+/// first, then the leader at the new listing, reported even though it did
+/// not change, so that the consumer learns the lower revision.
+#[test]
+fn a_restore_is_announced_then_the_leader_is_reported_changed_or_not() {
+    let mut o = Observer::new(MirrorConfig::new(Key(b"/e/".to_vec()), 1)).unwrap();
+    o.handle(t(0), Input::Start).unwrap();
+    let a = kv("a", "A", 5);
+    answer_next_range(&mut o, vec![a.clone()], 10);
+    assert_eq!(
+        events(&mut o),
+        vec![Event::Leader {
+            leader: leader(&a),
+            revision: Revision(10)
+        }]
+    );
+    // The watch is created at revision 8: below the 10 already seen.
+    o.handle(
+        t(1),
+        Input::Io(Completion::WatchMessage {
+            cluster: crate::ClusterId::default(),
+            stream: OpId(2),
+            kind: MessageKind::Created,
+            events: vec![],
+            revision: Revision(8),
+        }),
+    )
+    .unwrap();
+    // The restored etcd holds the same leader.
+    answer_next_range(&mut o, vec![a.clone()], 8);
+    let seen: Vec<Event> = events(&mut o)
+        .into_iter()
+        .filter(|e| !matches!(e, Event::Retrying(_)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            Event::Reset {
+                reason: ResyncReason::RevisionWentBack {
+                    seen: Revision(10),
+                    now: Revision(8)
+                },
+                revision: Revision(8)
+            },
+            Event::Leader {
+                leader: leader(&a),
+                revision: Revision(8)
+            }
+        ]
+    );
+}

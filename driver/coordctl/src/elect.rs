@@ -207,9 +207,14 @@ async fn first_observation(observe: &mut Observe, within: Duration) -> Result<Ob
 }
 
 fn observed_record(name: &str, observed: &Observed) -> Record {
-    let record = Record::new("leader")
+    let mut record = Record::new("leader")
         .with("name", name)
         .with("revision", observed.revision.0);
+    if let Some(reason) = &observed.reset {
+        // etcd's history started over: this revision may be below the
+        // ones printed before.
+        record = record.with("reset", format!("{reason:?}"));
+    }
     match &observed.leader {
         None => record
             .with("key", Value::Null)

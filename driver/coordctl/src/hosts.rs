@@ -210,6 +210,9 @@ fn event_record(event: &HostEvent<HostMetadata>) -> Record {
             revision,
         } => host_record("down", host, last_seen, now).with("revision", revision.0),
         HostEvent::Synced { revision } => Record::new("synced").with("revision", revision.0),
+        HostEvent::Reset { reason, revision } => Record::new("reset")
+            .with("reason", format!("{reason:?}"))
+            .with("revision", revision.0),
         HostEvent::Resynced { reason, revision } => Record::new("resynced")
             .with("reason", format!("{reason:?}"))
             .with("revision", revision.0),

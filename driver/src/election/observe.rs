@@ -30,6 +30,12 @@ pub struct Observed {
     pub leader: Option<Leader>,
     /// The etcd revision this reflects.
     pub revision: Revision,
+    /// `Some` on the first observation after etcd's history started over
+    /// (wiped, restored from a snapshot, another cluster): why. It is
+    /// reported whether the leader changed or not, and its revision (and
+    /// those after it) may be below every revision observed before: the
+    /// one time revisions go down.
+    pub reset: Option<coord_core::watcher::ResyncReason>,
 }
 
 /// Every change of an election's leader, from
@@ -73,6 +79,7 @@ impl Observe {
                     status: status_tx,
                     clock,
                     seen: Seen::Nothing,
+                    reset: None,
                 };
                 let span = tracing::info_span!("observe", name = %prefix_text);
                 tokio::spawn(tracing::Instrument::instrument(
@@ -156,6 +163,8 @@ pub(crate) struct ObserverAdapter {
     status: watch::Sender<ViewStatus>,
     clock: Clock,
     seen: Seen,
+    /// A reset announced, for the next observation.
+    reset: Option<coord_core::watcher::ResyncReason>,
 }
 
 impl Adapter<Observer> for ObserverAdapter {
@@ -184,7 +193,20 @@ impl Adapter<Observer> for ObserverAdapter {
                     (_, true) => Seen::Leader,
                     (Seen::Nothing, false) => Seen::Nothing,
                 };
-                let _ = self.events.send(Observed { leader, revision });
+                let reset = self.reset.take();
+                let _ = self.events.send(Observed {
+                    leader,
+                    revision,
+                    reset,
+                });
+            }
+            Event::Reset { reason, revision } => {
+                warn!(
+                    ?reason,
+                    revision = revision.0,
+                    "etcd's history started over"
+                );
+                self.reset = Some(reason);
             }
             Event::Retrying(retry) => {
                 debug!(attempt = retry.attempt, failure = ?retry.failure, "observer retrying")

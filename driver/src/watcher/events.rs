@@ -95,9 +95,22 @@ pub enum HostEvent<M> {
         /// Revision of the snapshot.
         revision: Revision,
     },
+    /// etcd's history started over: it was wiped, restored from an older
+    /// snapshot, or another cluster answers (the reason says which). The
+    /// difference to its contents follows (`Down`, `Up`, `Updated`), then
+    /// `Resynced`. From this event on, revisions (this one's first) may be
+    /// below every revision seen before: the one time they go down. A
+    /// consumer that stores the last revision starts over from this one.
+    Reset {
+        /// Why (`RevisionWentBack`, `HistoryDiverged` or `ClusterChanged`).
+        reason: ResyncReason,
+        /// Revision of the new snapshot.
+        revision: Revision,
+    },
     /// The view was rebuilt from a fresh snapshot after the watch lost its
     /// place (compaction), or because etcd was restored, wiped or replaced
-    /// (the reason says which); the differences came just before.
+    /// (the reason says which; `Reset` came first); the differences came
+    /// just before.
     Resynced {
         /// Why.
         reason: ResyncReason,

@@ -19,9 +19,13 @@
 //!   `Updated`, with the previous record. An identical re-put is nothing. A
 //!   delete is `Down`, carrying the last-seen metadata.
 //! - Every event carries the etcd revision it reflects; revisions never
-//!   decrease, except after etcd was restored or wiped: the re-list's
-//!   difference then carries etcd's new, lower revisions and is followed by
-//!   `Resynced` (`RevisionWentBack`, `HistoryDiverged` or `ClusterChanged`).
+//!   decrease, except at a `Reset`: when etcd was wiped, restored from an
+//!   older snapshot or replaced by another cluster, the watcher first says
+//!   so (`Reset`, with `RevisionWentBack`, `HistoryDiverged` or
+//!   `ClusterChanged` and the new revision), then emits the difference at
+//!   etcd's new revision (which may be lower than every one before), then
+//!   `Resynced` with the same reason. A consumer that stores the last
+//!   revision replaces it with the `Reset`'s.
 //!   Replaying the events from empty always gives the view: no `Up` for a
 //!   host already up, no `Down` for one that is not.
 //! - A broken stream resumes from the last revision seen + 1 with backoff,

@@ -156,6 +156,14 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Adapter<Watcher> for WatcherA
                 }
                 HostEvent::Synced { revision }
             }
+            Event::Reset { reason, revision } => {
+                warn!(
+                    ?reason,
+                    revision = revision.0,
+                    "etcd's history started over"
+                );
+                HostEvent::Reset { reason, revision }
+            }
             Event::Resynced { reason, revision } => {
                 debug!(?reason, revision = revision.0, "watcher resynced");
                 HostEvent::Resynced { reason, revision }
@@ -198,6 +206,7 @@ impl<M: DeserializeOwned + Clone + Send + 'static> Adapter<Watcher> for WatcherA
             HostEvent::Updated { revision, .. } => ("updated", Some(revision.0)),
             HostEvent::Down { revision, .. } => ("down", Some(revision.0)),
             HostEvent::Synced { revision } => ("synced", Some(revision.0)),
+            HostEvent::Reset { revision, .. } => ("reset", Some(revision.0)),
             HostEvent::Resynced { reason, revision } => {
                 crate::telemetry::watcher_resynced(reason);
                 ("resynced", Some(revision.0))

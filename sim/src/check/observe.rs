@@ -99,19 +99,20 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
         .collect();
     for name in case.names() {
         let truth = truth(log, &name);
-        let mut seen: BTreeMap<usize, Vec<(u64, i64, &Leader)>> = BTreeMap::new();
+        let mut seen: BTreeMap<usize, Vec<Observation>> = BTreeMap::new();
         for r in &history.records {
             if let Entry::Observed {
                 watcher,
                 name: n,
                 leader,
                 revision,
+                reset,
             } = &r.what
             {
                 if *n == name {
                     seen.entry(*watcher)
                         .or_default()
-                        .push((r.at_ms, *revision, leader));
+                        .push((r.at_ms, *revision, leader, *reset));
                 }
             }
         }
@@ -137,7 +138,7 @@ pub fn check(case: &Case, history: &History, log: &[LogEntry], v: &mut Verdict) 
 fn prompt(
     name: &str,
     truth: &[(i64, u64, Leader)],
-    seen: &BTreeMap<usize, Vec<(u64, i64, &Leader)>>,
+    seen: &BTreeMap<usize, Vec<Observation>>,
     disturbed: &[Vec<(u64, u64, WatchPath, u64)>],
     stop_at: Option<u64>,
     v: &mut Verdict,
@@ -162,7 +163,7 @@ fn prompt(
             v.checks += 1;
             let reported = seen
                 .get(&w)
-                .is_some_and(|obs| obs.iter().any(|(at, r, _)| *r >= *rev && *at <= due));
+                .is_some_and(|obs| obs.iter().any(|(at, r, _, _)| *r >= *rev && *at <= due));
             if !reported {
                 v.violate(
                     Invariant::ObserverPrompt,
@@ -177,15 +178,19 @@ fn prompt(
     }
 }
 
+/// One observation: when, at what revision, the leader, and whether it
+/// is the first after etcd's history started over.
+type Observation<'a> = (u64, i64, &'a Leader, bool);
+
 fn sound_and_complete(
     name: &str,
     w: usize,
-    obs: &[(u64, i64, &Leader)],
+    obs: &[Observation],
     truth: &[(i64, u64, Leader)],
     (compactions, restarts): (&[(u64, i64)], &[u64]),
     v: &mut Verdict,
 ) {
-    for (i, (t, rev, leader)) in obs.iter().enumerate() {
+    for (i, (t, rev, leader, reset)) in obs.iter().enumerate() {
         v.checks += 1;
         let real = at(truth, *rev);
         if **leader != real {
@@ -196,12 +201,18 @@ fn sound_and_complete(
                 format!("watcher {w} observed {name} led by {leader:?} at revision {rev}; etcd's leader was {real:?}"),
             );
         }
-        let Some((prev_t, prev_rev, prev)) = i.checked_sub(1).map(|p| obs[p]) else {
+        let Some((prev_t, prev_rev, prev, _)) = i.checked_sub(1).map(|p| obs[p]) else {
             continue;
         };
         // The process crashed and started again in between: a new
         // observer, owing nothing of what happened before it started.
         if restarts.iter().any(|r| prev_t < *r && *r <= *t) {
+            continue;
+        }
+        // etcd's history started over, and the observation says so: its
+        // revision may go down (only here), and what lay between belongs
+        // to the history that was lost.
+        if *reset {
             continue;
         }
         if *rev <= prev_rev {
@@ -243,7 +254,7 @@ fn sound_and_complete(
 fn converged(
     name: &str,
     w: usize,
-    obs: &[(u64, i64, &Leader)],
+    obs: &[Observation],
     truth: &[(i64, u64, Leader)],
     stop: u64,
     v: &mut Verdict,
@@ -259,8 +270,8 @@ fn converged(
     let last = obs
         .iter()
         .rev()
-        .find(|(t, _, _)| *t < stop)
-        .map(|(_, _, l)| *l);
+        .find(|(t, _, _, _)| *t < stop)
+        .map(|(_, _, l, _)| *l);
     if last != Some(leader) {
         v.violate(
             Invariant::ObserverConverges,

@@ -285,9 +285,9 @@ pub(crate) fn watchers(
         }
     }
     let mut last_rev = [0i64; WATCHERS];
-    // A revision that went back (the differences of a restore come before
-    // its `Restored`): when, and from what.
-    let mut went_back: Vec<Option<(u64, i64)>> = vec![None; WATCHERS];
+    // Per watcher: a `Reset` announced and its `Restored` not yet come
+    // (the difference in between may have lower revisions).
+    let mut resetting = [false; WATCHERS];
     // The exact truth: every host-key change, in time order.
     let changes: Vec<KeyChange> = history
         .records
@@ -372,7 +372,7 @@ pub(crate) fn watchers(
                     views[w].clear();
                     records[w].clear();
                     last_rev[w] = 0;
-                    went_back[w] = None;
+                    resetting[w] = false;
                     wiped[w] = 0;
                     // Its first listing may come from a member behind the
                     // last compaction: one re-list for it.
@@ -401,9 +401,9 @@ pub(crate) fn watchers(
                         }
                         compactions[w] = compactions[w].saturating_sub(1);
                     }
-                    // A restore: revisions start over here; the differences
-                    // before it could already go back.
-                    WatcherEventKind::Restored => {
+                    // A restore is announced before its difference:
+                    // revisions start over here, and only here.
+                    WatcherEventKind::Reset => {
                         v.checks += 1;
                         if wiped[w] == 0 {
                             v.violate(
@@ -417,31 +417,38 @@ pub(crate) fn watchers(
                             );
                         }
                         wiped[w] = wiped[w].saturating_sub(1);
-                        went_back[w] = None;
+                        resetting[w] = true;
                         last_rev[w] = event.revision;
                     }
-                    WatcherEventKind::Up | WatcherEventKind::Updated | WatcherEventKind::Down
-                        if event.revision < last_rev[w] =>
-                    {
-                        went_back[w].get_or_insert((r.at_ms, last_rev[w]));
+                    // The restore's difference is complete.
+                    WatcherEventKind::Restored => {
+                        v.checks += 1;
+                        if !std::mem::take(&mut resetting[w]) {
+                            v.violate(
+                                Invariant::WatcherSound,
+                                r.at_ms,
+                                None,
+                                format!(
+                                    "watcher {w}: a restore's resync at revision {} was not announced before its difference",
+                                    event.revision
+                                ),
+                            );
+                        }
                     }
-                    _ if event.revision < last_rev[w] || went_back[w].is_some() => {
-                        let (at, from) = went_back[w].take().unwrap_or((r.at_ms, last_rev[w]));
+                    _ if event.revision < last_rev[w] => {
                         v.violate(
                             Invariant::WatcherSound,
-                            at,
+                            r.at_ms,
                             None,
                             format!(
-                                "watcher {w}: revision went back from {from} to {} without a restore",
-                                event.revision
+                                "watcher {w}: revision went back from {} to {} without a reset announced first",
+                                last_rev[w], event.revision
                             ),
                         );
                     }
                     _ => {}
                 }
-                if went_back[w].is_none() {
-                    last_rev[w] = last_rev[w].max(event.revision);
-                }
+                last_rev[w] = last_rev[w].max(event.revision);
                 v.checks += 1;
                 let host = event.host.clone().unwrap_or_default();
                 // A host that is not in the fleet was invented.
@@ -459,6 +466,7 @@ pub(crate) fn watchers(
                     WatcherEventKind::Down => view.remove(&index).is_some(),
                     WatcherEventKind::Synced
                     | WatcherEventKind::Resynced
+                    | WatcherEventKind::Reset
                     | WatcherEventKind::Restored
                     | WatcherEventKind::Retrying => true,
                 };
@@ -576,16 +584,6 @@ pub(crate) fn watchers(
             _ => {}
         }
     }
-    for (w, back) in went_back.iter().enumerate() {
-        if let Some((at, from)) = back {
-            v.violate(
-                Invariant::WatcherSound,
-                *at,
-                None,
-                format!("watcher {w}: revision went back from {from} and no restore followed"),
-            );
-        }
-    }
 }
 
 /// Every field of a host event against etcd's truth: an `Up` or `Updated`
@@ -639,6 +637,7 @@ fn check_record(
         }
         WatcherEventKind::Synced
         | WatcherEventKind::Resynced
+        | WatcherEventKind::Reset
         | WatcherEventKind::Restored
         | WatcherEventKind::Retrying => None,
     }

@@ -89,6 +89,7 @@ pub(crate) async fn watcher_agent<W: Variant>(
                     name: name.clone(),
                     leader: seen.leader.map(|l| (l.key.to_string(), l.token.0, l.value)),
                     revision: seen.revision.0,
+                    reset: seen.reset.is_some(),
                 });
             }
         });
@@ -167,6 +168,7 @@ pub(crate) async fn watcher_agent<W: Variant>(
                 previous: None,
             },
             HostEvent::Synced { revision } => bare(WatcherEventKind::Synced, revision),
+            HostEvent::Reset { revision, .. } => bare(WatcherEventKind::Reset, revision),
             HostEvent::Resynced { revision, reason } => bare(
                 match reason {
                     coord::ResyncReason::Compacted { .. } => WatcherEventKind::Resynced,

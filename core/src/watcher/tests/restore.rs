@@ -146,6 +146,14 @@ fn a_wiped_etcd_is_noticed_by_its_watch_header_and_the_view_becomes_the_new_trut
     assert_eq!(
         drain(&mut m),
         vec![
+            // Announced before the difference, whose revisions went back.
+            ev(Event::Reset {
+                reason: ResyncReason::RevisionWentBack {
+                    seen: Revision(10),
+                    now: Revision(4)
+                },
+                revision: Revision(4)
+            }),
             ev(Event::Down {
                 host: "b".into(),
                 last_seen: kv("b", "B", 4, 8),
@@ -297,6 +305,10 @@ fn another_cluster_answering_is_a_restore_even_with_a_higher_revision() {
     assert_eq!(
         out,
         vec![
+            ev(Event::Reset {
+                reason: ResyncReason::ClusterChanged { from: A, to: B },
+                revision: Revision(60)
+            }),
             ev(Event::Down {
                 host: "a".into(),
                 last_seen: kv("a", "A", 3, 7),
@@ -673,6 +685,10 @@ fn a_restore_already_past_the_view_is_found_by_the_read_back_before_resuming() {
     assert_eq!(
         out,
         vec![
+            ev(Event::Reset {
+                reason: ResyncReason::HistoryDiverged { seen: Revision(10) },
+                revision: Revision(40),
+            }),
             ev(Event::Down {
                 host: "a".into(),
                 last_seen: kv("a", "A", 3, 7),
