@@ -139,8 +139,13 @@ async fn endpoint_status(
         .with("leader", status.leader() != 0 && status.leader() == member)
         .with("term", status.raft_term())
         .with("revision", header.map_or(0, |h| h.revision()))
-        .with("db_size", status.db_size())
-        .with("error", errors);
+        .with("db_size", status.db_size());
+    // No field at all when etcd raised no alarm (a table shows `-`).
+    let row = if errors.is_empty() {
+        row
+    } else {
+        row.with("error", errors)
+    };
     Ok((row, client))
 }
 
