@@ -23,7 +23,7 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-fn etcd_binary() -> PathBuf {
+pub(crate) fn etcd_binary() -> PathBuf {
     let from_env = std::env::var_os("COORD_TEST_ETCD").map(PathBuf::from);
     let candidates = from_env
         .into_iter()

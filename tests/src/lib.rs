@@ -10,6 +10,7 @@
 pub mod certs;
 pub mod etcd;
 pub mod etcdctl;
+pub mod grpc_proxy;
 pub mod postgres;
 pub mod proxy;
 pub mod queue;

@@ -34,6 +34,10 @@ fn every_benchmark_produces_its_table_csv_and_plot() {
         ("heal-sigstop-3s", "Heal: etcd SIGSTOPped for 3 s"),
         ("heal-blackhole-3s", "Heal: etcd blackholed for 3 s"),
         (
+            "heal-grpc-proxy-3s",
+            "Heal: etcd behind a grpc-proxy killed and restarted for 3 s",
+        ),
+        (
             "herd-lease",
             "Herd: lease grants and keep-alive stream opens together per 100 ms",
         ),

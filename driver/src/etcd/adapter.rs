@@ -116,8 +116,12 @@ fn connection_fate(error: &(dyn std::error::Error + 'static)) -> Option<Fate> {
 /// The keep-alive sender of a real stream.
 pub struct Keeper(etcd_client::LeaseKeeper);
 
-/// The keep-alive replies of a real stream.
-pub struct Replies(etcd_client::LeaseKeepAliveStream);
+/// The keep-alive replies of a real stream: the opening keep-alive's TTL
+/// first (see `lease_keep_alive`), then the stream's.
+pub struct Replies {
+    first: Option<i64>,
+    stream: etcd_client::LeaseKeepAliveStream,
+}
 
 impl KeepAliveSender for Keeper {
     async fn send(&mut self) -> Result<(), EtcdError> {
@@ -127,7 +131,10 @@ impl KeepAliveSender for Keeper {
 
 impl KeepAliveReplies for Replies {
     async fn next(&mut self) -> Option<Result<i64, EtcdError>> {
-        match self.0.message().await {
+        if let Some(ttl) = self.first.take() {
+            return Some(Ok(ttl));
+        }
+        match self.stream.message().await {
             Ok(Some(reply)) => Some(Ok(reply.ttl())),
             Ok(None) => None,
             Err(e) => Some(Err(classify(e))),
@@ -443,12 +450,38 @@ impl EtcdApi for Client {
     async fn lease_keep_alive(&self, lease: LeaseId) -> Result<(Keeper, Replies), EtcdError> {
         // etcd-client sends one keep-alive and consumes its reply itself
         // (failing with "lease not found" on TTL 0) without handing us the
-        // TTL. Send a second one so the first reply we yield carries it.
-        let (mut keeper, replies) = Client::lease_keep_alive(&mut self.clone(), lease.0)
+        // TTL, which a keep-alive resets to the lease's granted TTL: asked
+        // for here, it is the first reply yielded. A second keep-alive
+        // would do, but not behind `etcd grpc-proxy`, which answers a
+        // lease's keep-alives only as often as it renews the lease itself
+        // (a third of the TTL): the second reply would come that late.
+        let mut client = self.clone();
+        let (mut keeper, replies) = Client::lease_keep_alive(&mut client, lease.0)
             .await
             .map_err(classify)?;
-        keeper.keep_alive().await.map_err(classify)?;
-        Ok((Keeper(keeper), Replies(replies)))
+        let first = match client.lease_time_to_live(lease.0, None).await {
+            Ok(r) if r.ttl() > 0 => r.granted_ttl(),
+            // Gone meanwhile: the first reply says so.
+            Ok(r) => r.ttl().min(0),
+            Err(_) => {
+                // Not answered: a second keep-alive's reply carries it.
+                keeper.keep_alive().await.map_err(classify)?;
+                return Ok((
+                    Keeper(keeper),
+                    Replies {
+                        first: None,
+                        stream: replies,
+                    },
+                ));
+            }
+        };
+        Ok((
+            Keeper(keeper),
+            Replies {
+                first: Some(first),
+                stream: replies,
+            },
+        ))
     }
 }
 

@@ -1,5 +1,7 @@
 //! Benchmark 3, heal: etcd out (killed and restarted, SIGSTOPped and
-//! continued, or blackholed through a TCP proxy) for a while, then the time
+//! continued, blackholed through a TCP proxy, or unreachable because the
+//! `etcd grpc-proxy` the hosts use was killed and started again) for a
+//! while, then the time
 //! from etcd answering again to each host's lease kept alive again: the
 //! first live keep-alive reply that came after that instant or answers a
 //! keep-alive sent once the outage began (0 if etcd answered it before the
@@ -31,6 +33,7 @@ use coord::{
     KeepAliveSender,
 };
 use coord_tests::etcd::EtcdCluster;
+use coord_tests::grpc_proxy::GrpcProxy;
 use coord_tests::proxy::{Mode, Proxy};
 
 use crate::policy::Policy;
@@ -52,10 +55,18 @@ pub enum Outage {
     /// The proxy forwards nothing (connections stay open), then passes
     /// again, closing the stale connections.
     Blackhole,
+    /// The hosts reach etcd through `etcd grpc-proxy`, which is killed,
+    /// then started again on its port (etcd itself runs throughout).
+    GrpcProxy,
 }
 
 impl Outage {
-    const ALL: [Outage; 3] = [Outage::Restart, Outage::Stop, Outage::Blackhole];
+    const ALL: [Outage; 4] = [
+        Outage::Restart,
+        Outage::Stop,
+        Outage::Blackhole,
+        Outage::GrpcProxy,
+    ];
 
     /// The outage whose [`id`](Self::id) is `id`.
     pub fn named(id: &str) -> Option<Outage> {
@@ -67,6 +78,7 @@ impl Outage {
             Outage::Restart => "restart",
             Outage::Stop => "sigstop",
             Outage::Blackhole => "blackhole",
+            Outage::GrpcProxy => "grpc-proxy",
         }
     }
 
@@ -75,6 +87,7 @@ impl Outage {
             Outage::Restart => "killed and restarted",
             Outage::Stop => "SIGSTOPped",
             Outage::Blackhole => "blackholed",
+            Outage::GrpcProxy => "behind a grpc-proxy killed and restarted",
         }
     }
 }
@@ -83,6 +96,7 @@ impl Outage {
 pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Comparison> {
     let member = etcd.members()[0].endpoint();
     let proxy = Proxy::start(&member).await;
+    let mut grpc = GrpcProxy::start(std::slice::from_ref(&member)).await;
     let mut out = Vec::new();
     for outage in Outage::ALL {
         if s.heal_only.is_some_and(|only| only != outage) {
@@ -94,7 +108,7 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
             let mut floor_ms = Vec::new();
             for round in 0..s.heal_rounds {
                 let length = Duration::from_secs(secs);
-                let (heals, floor) = trial(etcd, &proxy, outage, length, s, rng).await;
+                let (heals, floor) = trial(etcd, (&proxy, &mut grpc), outage, length, s, rng).await;
                 eprintln!(
                     "coord-bench heal: {} {secs} s, round {round}: {heals:?}, etcd's first answer {floor:?} ms",
                     outage.id()
@@ -156,7 +170,7 @@ pub async fn run(etcd: &mut EtcdCluster, s: &Settings, rng: &mut Rng) -> Vec<Com
 /// own first answer after SIGCONT, ms (see [`take_out`]).
 async fn trial(
     etcd: &mut EtcdCluster,
-    proxy: &Proxy,
+    (proxy, grpc): (&Proxy, &mut GrpcProxy),
     outage: Outage,
     length: Duration,
     s: &Settings,
@@ -165,11 +179,16 @@ async fn trial(
     let (hosts, ttl) = (s.heal_hosts, s.heal_ttl);
     let run = rng.below(u64::MAX);
     let started = Instant::now();
+    let endpoint = match outage {
+        Outage::GrpcProxy => grpc.endpoint(),
+        Outage::Restart | Outage::Stop | Outage::Blackhole => proxy.endpoint(),
+    };
     let mut fleet = Vec::new();
     for policy in [Policy::Coord, Policy::Plain] {
         for j in 0..hosts {
             let id = format!("heal-{run:x}-{policy:?}-{j}");
-            fleet.push(Subject::register(proxy, &id, policy, ttl, rng.below(u64::MAX)).await);
+            let seed = rng.below(u64::MAX);
+            fleet.push(Subject::register(&endpoint, &id, policy, ttl, seed).await);
         }
     }
     // Every host kept alive at least once, then a random phase of the
@@ -182,7 +201,7 @@ async fn trial(
     let refresh_ms = u64::try_from((ttl / 3).as_millis()).unwrap_or(3_333);
     tokio::time::sleep(Duration::from_millis(rng.below(refresh_ms))).await;
     let began = Instant::now();
-    let (answering, floor) = take_out(etcd, proxy, outage, length).await;
+    let (answering, floor) = take_out(etcd, (proxy, grpc), outage, length).await;
     // etcd may answer a host's retry a little before the probe for its
     // return does: such a heal counts as 0.
     let mut heals = Vec::new();
@@ -203,7 +222,7 @@ async fn trial(
 /// queued (a request queued earlier may be answered a little sooner).
 async fn take_out(
     etcd: &mut EtcdCluster,
-    proxy: &Proxy,
+    (proxy, grpc): (&Proxy, &mut GrpcProxy),
     outage: Outage,
     length: Duration,
 ) -> (Instant, Option<Duration>) {
@@ -250,6 +269,13 @@ async fn take_out(
             proxy.set(Mode::Pass);
             (Instant::now(), None)
         }
+        Outage::GrpcProxy => {
+            grpc.kill();
+            tokio::time::sleep(length).await;
+            let answered = tokio::spawn(first_answer(grpc.endpoint()));
+            grpc.restart().await;
+            (answered.await.unwrap_or_else(|_| Instant::now()), None)
+        }
     }
 }
 
@@ -288,13 +314,13 @@ struct Subject {
 
 impl Subject {
     async fn register(
-        proxy: &Proxy,
+        endpoint: &str,
         id: &str,
         policy: Policy,
         ttl: Duration,
         seed: u64,
     ) -> Subject {
-        let client = coord::connect(&[proxy.endpoint()], ConnectOptions::default())
+        let client = coord::connect(&[endpoint], ConnectOptions::default())
             .await
             .expect("connect through the proxy");
         let tapped = Tapped::default();

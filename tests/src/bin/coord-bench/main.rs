@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! coord-bench detection|stop|heal|herd|failover|watcher|pool|all [--quick] [--out DIR] [--seed N] [--trials N]
-//!             [--heal-settle SECS] [--heal-only restart|sigstop|blackhole:SECS]
+//!             [--heal-settle SECS] [--heal-only restart|sigstop|blackhole|grpc-proxy:SECS]
 //! ```
 //!
 //! Each benchmark prints a table (min, median, p99 and max of coord and of
@@ -69,7 +69,7 @@ use stats::Comparison;
 
 const USAGE: &str = "usage: coord-bench detection|stop|heal|herd|failover|watcher|pool|all \
      [--quick] [--out DIR] [--seed N] [--trials N] [--heal-settle SECS] \
-     [--heal-only restart|sigstop|blackhole:SECS]";
+     [--heal-only restart|sigstop|blackhole|grpc-proxy:SECS]";
 
 /// What a run measures, from the flags.
 #[derive(Debug, Clone)]

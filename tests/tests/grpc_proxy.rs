@@ -1,0 +1,168 @@
+//! `etcd grpc-proxy` is a tested topology: liveness, the host watcher, an
+//! election and a lock all work through it, and all come back when the
+//! proxy is killed and started again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use coord::{
+    BackoffConfig, Election, HostLiveness, HostMetadata, HostWatcher, LivenessOptions, Mutex,
+    WatcherOptions,
+};
+use coord_tests::etcd::EtcdCluster;
+use coord_tests::grpc_proxy::GrpcProxy;
+use coord_tests::{eventually, init_tracing};
+use etcd_client::GetOptions;
+
+const P: &str = "/coord/hosts/";
+/// Generous for a loaded 2-core machine.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn liveness_opts() -> LivenessOptions {
+    LivenessOptions::default()
+        .with_ttl(Duration::from_secs(5))
+        .with_request_timeout(Duration::from_secs(3))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(5)
+}
+
+/// Behind a grpc-proxy, a keep-alive's reply may wait for the proxy's own
+/// renewal of the lease (every third of the TTL): request timeouts above
+/// that.
+fn session_opts(ttl_secs: u64) -> coord::SessionOptions {
+    coord::SessionOptions::default()
+        .with_ttl(Duration::from_secs(ttl_secs))
+        .with_request_timeout(Duration::from_secs(3))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(11)
+}
+
+fn watcher_opts() -> WatcherOptions {
+    WatcherOptions::default()
+        .with_request_timeout(Duration::from_secs(2))
+        .with_probe_interval(Duration::from_secs(1))
+        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
+        .with_seed(11)
+}
+
+/// The hosts etcd holds now, with their leases, read directly.
+async fn hosts(etcd: &EtcdCluster) -> Vec<(String, i64)> {
+    let resp = etcd
+        .client()
+        .await
+        .get(P, Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    resp.kvs()
+        .iter()
+        .map(|kv| (kv.key_str().unwrap()[P.len()..].to_string(), kv.lease()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_works_through_a_grpc_proxy_and_comes_back_after_it_restarts() {
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let mut proxy = GrpcProxy::start(&etcd.endpoints()).await;
+    let via = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    via.check(DEADLINE).await.unwrap();
+
+    // Liveness and the watcher.
+    let host = HostLiveness::register(
+        via.clone(),
+        HostMetadata::new("h1", "node-1"),
+        liveness_opts(),
+    )
+    .await
+    .unwrap();
+    let watcher: HostWatcher = HostWatcher::new(via.clone(), watcher_opts()).await.unwrap();
+    let lease = host.lease_id().unwrap();
+    assert_eq!(hosts(&etcd).await, vec![("h1".to_string(), lease.0)]);
+    eventually(DEADLINE, "the watcher sees h1", || async {
+        watcher.view().contains_key("h1").then_some(())
+    })
+    .await;
+
+    // An election: one leader, the other waits; a lock taken and given.
+    let a = Election::new(via.clone(), "jobs", session_opts(5))
+        .await
+        .unwrap();
+    let b = Election::new(via.clone(), "jobs", session_opts(5))
+        .await
+        .unwrap();
+    let leader = a.campaign("a").await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let l = b.campaign("b").await;
+        (b, l)
+    });
+    let mutex = Mutex::new(via.clone(), "backup", session_opts(5))
+        .await
+        .unwrap();
+    let guard = mutex.lock().await.unwrap();
+    let first_token = guard.token();
+    guard.unlock().await.unwrap();
+
+    // The proxy is killed and, three seconds later, started again.
+    proxy.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.restart().await;
+
+    // The host is registered again (its lease resumed, or a new one), and
+    // the watcher's view is etcd's truth.
+    let back = eventually(DEADLINE, "h1 registered again", || async {
+        let now = hosts(&etcd).await;
+        let lease = host.lease_id()?;
+        (now == vec![("h1".to_string(), lease.0)]).then_some(lease)
+    })
+    .await;
+    eventually(
+        DEADLINE,
+        "the watcher's view back on etcd's truth",
+        || async {
+            watcher
+                .view()
+                .get("h1")
+                .is_some_and(|r| r.lease == back)
+                .then_some(())
+        },
+    )
+    .await;
+    // One leader throughout: `a` leads (its lease outlived a 3 s outage
+    // of a 5 s TTL) or lost and `b` took over; never both.
+    let read = a.leader().await.unwrap().map(|l| l.value);
+    match leader.probe().has_ended() {
+        false => assert_eq!(read, Some(b"a".to_vec())),
+        true => assert_eq!(read, Some(b"b".to_vec())),
+    }
+    leader.resign().await.ok();
+    let (b, led) = tokio::time::timeout(DEADLINE, waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let led = led.unwrap();
+    assert_eq!(
+        b.leader().await.unwrap().map(|l| l.value),
+        Some(b"b".to_vec())
+    );
+    led.resign().await.unwrap();
+    // The lock is taken again, with a greater token.
+    let guard = tokio::time::timeout(DEADLINE, mutex.lock())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(guard.token() > first_token);
+    guard.unlock().await.unwrap();
+
+    host.stop().await.unwrap();
+    eventually(DEADLINE, "h1 gone after stop", || async {
+        hosts(&etcd).await.is_empty().then_some(())
+    })
+    .await;
+    watcher.close().await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    mutex.close().await.unwrap();
+}
