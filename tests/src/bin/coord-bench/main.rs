@@ -390,7 +390,10 @@ async fn main() -> ExitCode {
             eprintln!("coord-bench: {}: {e}", c.id);
             failed = true;
         }
-        if c.ratio().is_none() {
+        // A comparison with no measurement on either side is a failed
+        // run; a baseline whose statistic is 0 (no ratio) is not.
+        if !c.measured() {
+            eprintln!("coord-bench: {}: no measurement", c.id);
             failed = true;
         }
     }

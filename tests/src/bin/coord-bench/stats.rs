@@ -99,6 +99,11 @@ impl Comparison {
         (b != 0.0).then(|| c / b)
     }
 
+    /// True when both subjects have a measurement.
+    pub fn measured(&self) -> bool {
+        summary(&self.coord.values).is_some() && summary(&self.baseline.values).is_some()
+    }
+
     /// The human table: a row per subject, then the ratio of medians.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -144,6 +149,16 @@ impl Comparison {
                     "  ratio of {} (coord / {}): {r:.3}",
                     self.ratio_of.plural(),
                     self.baseline.subject
+                );
+            }
+            None if self.measured() => {
+                // Both measured, the baseline's statistic 0: as fast as
+                // the measure can tell (a heal before etcd's return was
+                // seen counts 0), no ratio to give.
+                let _ = writeln!(
+                    out,
+                    "  ratio of {}: n/a (the baseline's is 0)",
+                    self.ratio_of.plural()
                 );
             }
             None => {
@@ -229,6 +244,26 @@ mod tests {
         assert!(peaks
             .table()
             .contains("ratio of maxima (coord / base): 7.500"));
+        // A baseline measured at 0: measured, but no ratio.
+        let zero = Comparison {
+            baseline: Series {
+                subject: "base".into(),
+                values: vec![0.0, 0.0, 5.0],
+            },
+            ratio_of: Statistic::Median,
+            ..peaks
+        };
+        assert_eq!(zero.ratio(), None);
+        assert!(zero.measured());
+        assert!(zero.table().contains("n/a (the baseline's is 0)"));
+        let empty = Comparison {
+            baseline: Series {
+                subject: "base".into(),
+                values: vec![],
+            },
+            ..zero
+        };
+        assert!(!empty.measured());
     }
 
     #[test]
