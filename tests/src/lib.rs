@@ -11,6 +11,7 @@ pub mod certs;
 pub mod etcd;
 pub mod etcdctl;
 pub mod grpc_proxy;
+pub mod options;
 pub mod postgres;
 pub mod proxy;
 pub mod queue;

@@ -19,20 +19,11 @@ use etcd_client::{Client, GetOptions, Txn, TxnOp};
 const P: &str = "/coord/hosts/";
 
 fn watcher_opts() -> WatcherOptions {
-    WatcherOptions::default()
-        .with_request_timeout(Duration::from_secs(2))
-        .with_probe_interval(Duration::from_secs(1))
-        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
-        .with_seed(11)
-        .with_buffer(1024)
+    coord_tests::options::watcher()
 }
 
 fn liveness_opts() -> LivenessOptions {
-    LivenessOptions::default()
-        .with_ttl(Duration::from_secs(5))
-        .with_request_timeout(Duration::from_secs(1))
-        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
-        .with_seed(5)
+    coord_tests::options::liveness(Duration::from_secs(1))
 }
 
 fn meta(id: &str) -> HostMetadata {

@@ -6,10 +6,7 @@
 
 use std::time::Duration;
 
-use coord::{
-    BackoffConfig, Election, HostLiveness, HostMetadata, HostWatcher, LivenessOptions, Mutex,
-    WatcherOptions,
-};
+use coord::{BackoffConfig, Election, HostLiveness, HostMetadata, HostWatcher, Mutex};
 use coord_tests::etcd::EtcdCluster;
 use coord_tests::grpc_proxy::GrpcProxy;
 use coord_tests::{eventually, init_tracing};
@@ -19,14 +16,6 @@ const P: &str = "/coord/hosts/";
 /// Generous for a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn liveness_opts() -> LivenessOptions {
-    LivenessOptions::default()
-        .with_ttl(Duration::from_secs(5))
-        .with_request_timeout(Duration::from_secs(3))
-        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
-        .with_seed(5)
-}
-
 /// Behind a grpc-proxy, a keep-alive's reply may wait for the proxy's own
 /// renewal of the lease (every third of the TTL): request timeouts above
 /// that.
@@ -34,14 +23,6 @@ fn session_opts(ttl_secs: u64) -> coord::SessionOptions {
     coord::SessionOptions::default()
         .with_ttl(Duration::from_secs(ttl_secs))
         .with_request_timeout(Duration::from_secs(3))
-        .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
-        .with_seed(11)
-}
-
-fn watcher_opts() -> WatcherOptions {
-    WatcherOptions::default()
-        .with_request_timeout(Duration::from_secs(2))
-        .with_probe_interval(Duration::from_secs(1))
         .with_backoff(BackoffConfig::default().with_cap(Duration::from_secs(2)))
         .with_seed(11)
 }
@@ -74,11 +55,13 @@ async fn everything_works_through_a_grpc_proxy_and_comes_back_after_it_restarts(
     let host = HostLiveness::register(
         via.clone(),
         HostMetadata::new("h1", "node-1"),
-        liveness_opts(),
+        coord_tests::options::liveness(Duration::from_secs(3)),
     )
     .await
     .unwrap();
-    let watcher: HostWatcher = HostWatcher::new(via.clone(), watcher_opts()).await.unwrap();
+    let watcher: HostWatcher = HostWatcher::new(via.clone(), coord_tests::options::watcher())
+        .await
+        .unwrap();
     let lease = host.lease_id().unwrap();
     assert_eq!(hosts(&etcd).await, vec![("h1".to_string(), lease.0)]);
     eventually(DEADLINE, "the watcher sees h1", || async {

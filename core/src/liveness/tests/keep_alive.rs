@@ -546,14 +546,10 @@ fn a_lease_gone_before_its_attach_retries_from_the_first_attempt() {
     assert!((50..=100).contains(&wait), "waits {wait} ms");
 }
 
-/// Seeds 4115, 7837 and 12187 of generator 10: a resume's keep-alive is
-/// answered, and its put is applied, but the put's answer comes only once
-/// the lease's deadline (the keep-alive's send time plus its TTL) has
-/// passed, when etcd may have expired the lease. The host must not report
-/// the lease held: the attempt fails as timed out and the next resume asks
-/// etcd again.
-#[test]
-fn a_resume_answered_past_the_lease_deadline_is_not_held() {
+/// A lease lost by silence, then resumed with a 5 s request timeout: its
+/// keep-alive (sent at the instant returned, op `open`) answered 4.9 s
+/// later, the put (op `open + 1`) sent. Returns `(liveness, at, open)`.
+fn resumed_to_the_put() -> (Liveness, u64, OpId) {
     let mut c = config(StartPolicy::FailFast);
     c.lease.request_timeout = Duration::from_secs(5);
     let mut m = registered_with(c);
@@ -566,10 +562,22 @@ fn a_resume_answered_past_the_lease_deadline_is_not_held() {
         panic!("{out:?}")
     };
     assert_eq!(lease, LEASE);
-    // The keep-alive sent at `at` is answered late, within the request
-    // timeout: the lease lives until at + 9 s.
+    // Answered late, within the request timeout: the lease lives until
+    // at + 9 s.
     reply(&mut m, at + 4_900, open.0, 9);
     assert_eq!(drain(&mut m), vec![put(open.0 + 1, LEASE)]);
+    (m, at, open)
+}
+
+/// Seeds 4115, 7837 and 12187 of generator 10: a resume's keep-alive is
+/// answered, and its put is applied, but the put's answer comes only once
+/// the lease's deadline (the keep-alive's send time plus its TTL) has
+/// passed, when etcd may have expired the lease. The host must not report
+/// the lease held: the attempt fails as timed out and the next resume asks
+/// etcd again.
+#[test]
+fn a_resume_answered_past_the_lease_deadline_is_not_held() {
+    let (mut m, at, open) = resumed_to_the_put();
     // The put's answer comes at that deadline, within its own timeout.
     let late = at + 9_000;
     assert!(m.poll_timeout().unwrap() > t(late));
@@ -601,19 +609,7 @@ fn a_resume_answered_past_the_lease_deadline_is_not_held() {
 /// The same answer one millisecond before the deadline registers.
 #[test]
 fn a_resume_answered_just_before_the_lease_deadline_is_held() {
-    let mut c = config(StartPolicy::FailFast);
-    c.lease.request_timeout = Duration::from_secs(5);
-    let mut m = registered_with(c);
-    lose_by_silence(&mut m);
-    let _ = drain(&mut m);
-    let at = fire(&mut m);
-    let out = drain(&mut m);
-    let Some(Output::Command(Command::OpenKeepAlive { op: open, .. })) = out.first().cloned()
-    else {
-        panic!("{out:?}")
-    };
-    reply(&mut m, at + 4_900, open.0, 9);
-    let _ = drain(&mut m);
+    let (mut m, at, open) = resumed_to_the_put();
     ok(&mut m, at + 8_999, open.0 + 1, Reply::Done);
     assert_eq!(
         drain(&mut m),

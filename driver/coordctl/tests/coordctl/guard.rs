@@ -187,8 +187,23 @@ async fn exit_statuses_never_collide_with_the_commands() {
         assert_eq!(code, own, "{err}");
     }
     // Not taken: 124.
-    let mut holder = Peer::spawn(flock(&["--", "sleep", "600"]));
-    next_line_with(&mut holder, "started").await;
+    let mut holder = Peer::spawn(ctl(
+        &none,
+        &[
+            "-w",
+            "json",
+            "lock",
+            "--backend",
+            "flock",
+            "--dir",
+            d,
+            "jobs",
+            "--",
+            "sleep",
+            "600",
+        ],
+    ));
+    next_event(&mut holder, "started").await;
     let (code, _, err) = run(flock(&["--try", "--", "true"])).await;
     assert_eq!(code, 124, "{err}");
     holder.interrupt().await;
@@ -211,21 +226,6 @@ async fn exit_statuses_never_collide_with_the_commands() {
     assert_eq!(code, 127, "{err}");
     let (code, _, err) = run(flock(&["--", d])).await;
     assert_eq!(code, 126, "{err}");
-}
-
-/// The next stdout line of `peer` that contains `word` (table output).
-async fn next_line_with(peer: &mut Peer, word: &str) -> String {
-    let start = Instant::now();
-    loop {
-        let left = DEADLINE.saturating_sub(start.elapsed());
-        let line = peer
-            .try_line(left)
-            .await
-            .unwrap_or_else(|| panic!("no line with {word:?} within {DEADLINE:?}"));
-        if line.contains(word) && !line.starts_with("stderr: ") {
-            return line;
-        }
-    }
 }
 
 /// A closed stdout ends coordctl quietly with 141, after it has cleaned
