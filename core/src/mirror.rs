@@ -28,9 +28,11 @@
 //! below the one the mirror reflects; a replaced cluster answers with
 //! another cluster id. A watch message that shows either makes the mirror
 //! read the prefix linearizably; a listing behind the mirror's revision (or
-//! from another cluster) is a restore: the view becomes the listing, the
-//! difference is reported, then `Resynced` with the reason, and the
-//! mirror's revision moves to the listing's (the one time it goes back). A
+//! from another cluster) is a restore: `Reset` announces it (with the
+//! reason and the listing's revision), then the view becomes the listing,
+//! the difference is reported, then `Resynced` with the reason, and the
+//! mirror's revision moves to the listing's (the one time it goes back;
+//! a history found diverged is announced the same way). A
 //! serializable listing behind the mirror, or behind the compaction that
 //! made it list, proves nothing (a lagging member answered it): it is read
 //! again linearizably, never applied.
