@@ -37,6 +37,16 @@ use nix::unistd::Pid;
 
 use crate::exit::Failure;
 
+/// Writes a line to stderr, ignoring a failure: unlike `eprintln!`, which
+/// panics when stderr is closed (a pipe whose reader left), and the guard
+/// must live on to stop the command.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// The most descriptors one message carries.
 const MAX_FDS: usize = 8;
 /// How often the guard looks whether the command is gone.
@@ -191,7 +201,7 @@ pub fn serve() -> ExitCode {
         blocked.add(signal);
     }
     if let Err(e) = blocked.thread_block() {
-        eprintln!("coordctl guard: cannot block signals: {e}");
+        say!("coordctl guard: cannot block signals: {e}");
     }
     let link = std::io::stdin();
     let mut watching = None;
@@ -202,7 +212,7 @@ pub fn serve() -> ExitCode {
             Received::Message(Message::Watch(w)) => watching = Some(w),
             Received::Message(Message::Done) => return ExitCode::SUCCESS,
             Received::Garbled => {
-                eprintln!("coordctl guard: a message it cannot read: taken for coordctl gone");
+                say!("coordctl guard: a message it cannot read: taken for coordctl gone");
                 break;
             }
             Received::Closed => break,
@@ -295,7 +305,7 @@ fn stop(w: Watch) {
         return;
     };
     let pid = Pid::from_raw(raw);
-    eprintln!(
+    say!(
         "coordctl guard: coordctl is gone; its command (pid {}) gets SIGTERM, and SIGKILL after {:?}",
         w.pid, w.kill_after
     );
@@ -305,11 +315,11 @@ fn stop(w: Watch) {
     }
     // Checked again right before: the pid must still be the command's.
     if alive(&w) {
-        eprintln!("coordctl guard: the command (pid {}) gets SIGKILL", w.pid);
+        say!("coordctl guard: the command (pid {}) gets SIGKILL", w.pid);
         let _ = kill(pid, Signal::SIGKILL);
     }
     if !gone_within(&w, KILLED_WITHIN) {
-        eprintln!(
+        say!(
             "coordctl guard: the command (pid {}) survived SIGKILL for {KILLED_WITHIN:?}",
             w.pid
         );

@@ -15,6 +15,7 @@ mod register;
 mod setup;
 mod supervise;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -56,7 +57,8 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("coordctl: cannot start: {e}");
+            // Not eprintln!, which panics on a closed stderr.
+            let _ = writeln!(std::io::stderr(), "coordctl: cannot start: {e}");
             return ExitCode::from(exit::USAGE);
         }
     };
@@ -68,7 +70,7 @@ fn main() -> ExitCode {
     match ended {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("coordctl: {failure}");
+            let _ = writeln!(std::io::stderr(), "coordctl: {failure}");
             failure.exit_code(with_command)
         }
     }

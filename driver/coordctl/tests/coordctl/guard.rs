@@ -274,3 +274,46 @@ async fn a_closed_stdout_ends_coordctl_with_141() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "141", "{err}");
 }
+
+/// The guard stops the command even when stderr is closed (its reader
+/// left): writing its notice there must not end it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_guard_stops_the_command_with_stderr_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let stopped = dir.path().join("stopped");
+    let script = format!(
+        "echo $$ > {d}/pid.new && mv {d}/pid.new {d}/pid; \
+         trap 'echo stopped > {}; exit 0' TERM; while :; do sleep 0.05; done",
+        stopped.display()
+    );
+    let mut holder = coordctl(&["http://127.0.0.1:9".to_string()]);
+    holder
+        .args([
+            "lock",
+            "--backend",
+            "flock",
+            "--dir",
+            d,
+            "jobs",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::from(write_end));
+    let mut holder = holder.spawn().unwrap();
+    let pid = read_pid(dir.path()).await;
+    holder.start_kill().unwrap();
+    holder.wait().await.unwrap();
+    let start = Instant::now();
+    while running(pid) {
+        assert!(start.elapsed() < DEADLINE, "the command outlived coordctl");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(stopped.exists(), "the command got SIGTERM and stopped");
+}
