@@ -35,16 +35,10 @@ const QUEUE_COLUMNS: [&str; 7] = [
 /// an endpoint did not answer; everything that answered is printed first.
 pub async fn status(global: &Global, printer: Printer) -> Result<(), Failure> {
     let options = setup::connect_options(global)?;
-    let endpoints: Vec<String> = global
-        .endpoints
-        .iter()
-        .map(|e| e.trim().to_string())
-        .filter(|e| !e.is_empty())
-        .collect();
     let mut rows = Vec::new();
     let mut reached = None;
     let mut failed = Vec::new();
-    for endpoint in &endpoints {
+    for endpoint in setup::endpoints(global) {
         match endpoint_status(endpoint, options.clone(), global.dial_timeout).await {
             Ok((row, client)) => {
                 rows.push(row);
@@ -53,7 +47,7 @@ pub async fn status(global: &Global, printer: Printer) -> Result<(), Failure> {
             Err(e) => {
                 rows.push(
                     Record::new("endpoint")
-                        .with("endpoint", endpoint.as_str())
+                        .with("endpoint", endpoint)
                         .with("health", "unreachable")
                         .with("error", e.to_string()),
                 );
@@ -64,9 +58,8 @@ pub async fn status(global: &Global, printer: Printer) -> Result<(), Failure> {
     printer.table(&ENDPOINT_COLUMNS, &rows);
     if let Some(client) = reached {
         let mut etcd = client.etcd();
-        let members = tokio::time::timeout(global.command_timeout, etcd.member_list()).await;
-        match members {
-            Ok(Ok(list)) => {
+        match setup::answer(global.command_timeout, etcd.member_list()).await {
+            Ok(list) => {
                 let rows: Vec<Record> = list
                     .members()
                     .iter()
@@ -81,27 +74,21 @@ pub async fn status(global: &Global, printer: Printer) -> Result<(), Failure> {
                     .collect();
                 printer.table(&MEMBER_COLUMNS, &rows);
             }
-            Ok(Err(e)) => failed.push(format!("member list: {e}")),
-            Err(_) => failed.push("member list: no answer in time".into()),
+            Err(e) => failed.push(format!("member list: {e}")),
         }
-        let hosts = tokio::time::timeout(
-            global.command_timeout,
-            etcd.get(
-                global.prefix.as_str(),
-                Some(GetOptions::new().with_prefix().with_count_only()),
-            ),
-        )
-        .await;
-        match hosts {
-            Ok(Ok(r)) => printer.table(
+        let hosts = etcd.get(
+            global.prefix.as_str(),
+            Some(GetOptions::new().with_prefix().with_count_only()),
+        );
+        match setup::answer(global.command_timeout, hosts).await {
+            Ok(r) => printer.table(
                 &["prefix", "keys", "revision"],
                 &[Record::new("hosts")
                     .with("prefix", global.prefix.as_str())
                     .with("keys", r.count())
                     .with("revision", r.header().map_or(0, |h| h.revision()))],
             ),
-            Ok(Err(e)) => failed.push(format!("hosts: {e}")),
-            Err(_) => failed.push("hosts: no answer in time".into()),
+            Err(e) => failed.push(format!("hosts: {e}")),
         }
     }
     if failed.is_empty() {
@@ -119,15 +106,12 @@ async fn endpoint_status(
 ) -> Result<(Record, coord::Client), Error> {
     let client = tokio::time::timeout(within, coord::connect(&[endpoint], options))
         .await
-        .map_err(|_| {
-            Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}")))
-        })??;
+        .map_err(|_| setup::no_answer(within))??;
+    // First coord's own check, which names a TLS or credentials failure;
+    // then the status whose fields are printed.
     client.check(within).await?;
     let mut maintenance = client.etcd().maintenance_client();
-    let status = tokio::time::timeout(within, maintenance.status())
-        .await
-        .map_err(|_| Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}"))))?
-        .map_err(|e| Error::Unreachable(coord::Cause::new(e)))?;
+    let status = setup::answer(within, maintenance.status()).await?;
     let header = status.header();
     let member = header.map_or(0, |h| h.member_id());
     let errors = status.errors().join("; ");
@@ -160,37 +144,22 @@ pub async fn queue(global: &Global, args: &Named, printer: Printer) -> Result<()
     let mut etcd = client.etcd();
     let prefix = format!("{}/", args.name);
     let within = global.command_timeout;
-    let listed = tokio::time::timeout(
-        within,
-        etcd.get(
-            prefix.as_str(),
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend),
-            ),
+    let listing = etcd.get(
+        prefix.as_str(),
+        Some(
+            GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend),
         ),
-    )
-    .await
-    .map_err(|_| Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}"))))?
-    .map_err(|e| Error::Unreachable(coord::Cause::new(e)))?;
+    );
+    let listed = setup::answer(within, listing).await?;
     let mut rows = Vec::new();
     for (position, kv) in listed.kvs().iter().enumerate() {
         let ttl = if kv.lease() == 0 {
             None
         } else {
-            let asked =
-                tokio::time::timeout(within, etcd.lease_time_to_live(kv.lease(), None)).await;
-            match asked {
-                Ok(Ok(r)) => Some(r.ttl()),
-                Ok(Err(e)) => return Err(Error::Unreachable(coord::Cause::new(e)).into()),
-                Err(_) => {
-                    return Err(Error::Unreachable(coord::Cause::msg(format!(
-                        "no answer within {within:?}"
-                    )))
-                    .into())
-                }
-            }
+            let asked = etcd.lease_time_to_live(kv.lease(), None);
+            Some(setup::answer(within, asked).await?.ttl())
         };
         rows.push(
             Record::new("queued")

@@ -2,6 +2,8 @@
 //! from the global flags, checked against etcd at once), and the signals
 //! that end a command.
 
+use std::time::Duration;
+
 use coord::{ConnectOptions, Error, TlsOptions};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -72,24 +74,42 @@ fn credentials(spec: &str, password: Option<&str>) -> Result<(String, String), F
 /// (exit 2), before anything is written.
 pub async fn connect(global: &Global) -> Result<coord::Client, Failure> {
     let options = connect_options(global)?;
-    let endpoints: Vec<&str> = global
+    let dial = global.dial_timeout;
+    let client = tokio::time::timeout(dial, coord::connect(&endpoints(global), options))
+        .await
+        .map_err(|_| no_answer(dial))??;
+    client.check(dial).await?;
+    Ok(client)
+}
+
+/// The `--endpoints` given, trimmed, empty ones left out.
+pub fn endpoints(global: &Global) -> Vec<&str> {
+    global
         .endpoints
         .iter()
         .map(|e| e.trim())
         .filter(|e| !e.is_empty())
-        .collect();
-    let dial = global.dial_timeout;
-    let client = match tokio::time::timeout(dial, coord::connect(&endpoints, options)).await {
-        Ok(client) => client?,
-        Err(_) => {
-            return Err(Error::Unreachable(coord::Cause::msg(format!(
-                "no answer within {dial:?}"
-            )))
-            .into());
-        }
-    };
-    client.check(dial).await?;
-    Ok(client)
+        .collect()
+}
+
+/// etcd left a request unanswered for `within`.
+pub fn no_answer(within: Duration) -> Error {
+    Error::Unreachable(coord::Cause::msg(format!("no answer within {within:?}")))
+}
+
+/// The answer to an etcd-client `request`, within `within`: no answer in
+/// time, or a failed request, is `Error::Unreachable`.
+pub async fn answer<T, E>(
+    within: Duration,
+    request: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, Error>
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    tokio::time::timeout(within, request)
+        .await
+        .map_err(|_| no_answer(within))?
+        .map_err(|e| Error::Unreachable(coord::Cause::new(e)))
 }
 
 /// SIGINT, SIGTERM and SIGHUP, caught from the start so that none kills

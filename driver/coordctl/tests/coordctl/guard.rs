@@ -283,26 +283,10 @@ async fn the_guard_stops_the_command_with_stderr_closed() {
     let d = dir.path().to_str().unwrap();
     let (read_end, write_end) = nix::unistd::pipe().unwrap();
     drop(read_end);
-    let stopped = dir.path().join("stopped");
-    let script = format!(
-        "echo $$ > {d}/pid.new && mv {d}/pid.new {d}/pid; \
-         trap 'echo stopped > {}; exit 0' TERM; while :; do sleep 0.05; done",
-        stopped.display()
-    );
     let mut holder = coordctl(&["http://127.0.0.1:9".to_string()]);
     holder
-        .args([
-            "lock",
-            "--backend",
-            "flock",
-            "--dir",
-            d,
-            "jobs",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(&script)
+        .args(["lock", "--backend", "flock", "--dir", d, "jobs", "--"])
+        .args(first_command(dir.path(), false))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::from(write_end));
@@ -315,5 +299,8 @@ async fn the_guard_stops_the_command_with_stderr_closed() {
         assert!(start.elapsed() < DEADLINE, "the command outlived coordctl");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(stopped.exists(), "the command got SIGTERM and stopped");
+    assert!(
+        dir.path().join("stopped").exists(),
+        "the command got SIGTERM and stopped"
+    );
 }
