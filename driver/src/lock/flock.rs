@@ -127,14 +127,6 @@ pub(super) fn open_regular(
     path: &Path,
 ) -> Result<std::io::Result<File>, LockError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let refuse = |meta: &std::fs::Metadata| match file_kind(meta) {
-        None => Ok(()),
-        Some(found) => Err(LockError::NotAFile {
-            backend,
-            path: path.to_path_buf(),
-            found,
-        }),
-    };
     refuse_special(backend, path)?;
     let mut options = options.clone();
     options.custom_flags(nix::libc::O_NONBLOCK);
@@ -143,7 +135,7 @@ pub(super) fn open_regular(
         Err(e) => return Ok(Err(e)),
     };
     match file.metadata() {
-        Ok(meta) => refuse(&meta)?,
+        Ok(meta) => refuse(backend, path, Some(&meta))?,
         Err(e) => return Ok(Err(e)),
     }
     Ok(Ok(file))
@@ -152,7 +144,17 @@ pub(super) fn open_regular(
 /// `Err(LockError::NotAFile)` if something other than a regular file is
 /// at `path` (nothing there is fine).
 pub(super) fn refuse_special(backend: &'static str, path: &Path) -> Result<(), LockError> {
-    match std::fs::metadata(path).ok().as_ref().and_then(file_kind) {
+    refuse(backend, path, std::fs::metadata(path).ok().as_ref())
+}
+
+/// `Err(LockError::NotAFile)` if `meta` (of `path`) is not a regular
+/// file's.
+fn refuse(
+    backend: &'static str,
+    path: &Path,
+    meta: Option<&std::fs::Metadata>,
+) -> Result<(), LockError> {
+    match meta.and_then(file_kind) {
         None => Ok(()),
         Some(found) => Err(LockError::NotAFile {
             backend,
@@ -293,7 +295,8 @@ impl FlockHold {
                 // process, see `Holder::hold_fds`), which closing this
                 // one alone would leave holding it.
                 if let Err((_, e)) = held.unlock() {
-                    tracing::warn!(error = %e, "flock: unlock failed; closing the file instead");
+                    // Dropping the lock (here) tries the unlock once more.
+                    tracing::warn!(error = %e, "flock: unlock failed");
                 }
                 Released::Released
             }
