@@ -16,9 +16,7 @@ const P: &str = "/coord/hosts/";
 /// Generous for a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(30);
 
-/// Behind a grpc-proxy, a keep-alive's reply may wait for the proxy's own
-/// renewal of the lease (every third of the TTL): request timeouts above
-/// that.
+/// Sessions with `ttl_secs` and a short request timeout.
 fn session_opts(ttl_secs: u64) -> coord::SessionOptions {
     coord::SessionOptions::default()
         .with_ttl(Duration::from_secs(ttl_secs))
@@ -148,4 +146,46 @@ async fn everything_works_through_a_grpc_proxy_and_comes_back_after_it_restarts(
     a.close().await.unwrap();
     b.close().await.unwrap();
     mutex.close().await.unwrap();
+}
+
+/// Behind a grpc-proxy, a keep-alive's reply waits for the proxy's own
+/// renewal of the lease, every third of the TTL (2 s here, checked every
+/// 500 ms). Sent every 1.5 s, out of step with those renewals, many
+/// replies come later than a 1 s request timeout. They are still replies,
+/// not silence: over six keep-alive rounds the stream is never taken as
+/// broken, and the lease is the first one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxys_late_keep_alive_replies_do_not_count_as_silence() {
+    use coord::LivenessEvent;
+    init_tracing();
+    let etcd = EtcdCluster::single().await;
+    let proxy = GrpcProxy::start(&etcd.endpoints()).await;
+    let via = coord::connect(&[proxy.endpoint()], coord::ConnectOptions::default())
+        .await
+        .unwrap();
+    let opts = coord::LivenessOptions::default()
+        .with_ttl(Duration::from_secs(6))
+        .with_refresh(Duration::from_millis(1500))
+        .with_request_timeout(Duration::from_secs(1))
+        .with_seed(3);
+    let host = HostLiveness::register(via, HostMetadata::new("h1", "node-1"), opts)
+        .await
+        .unwrap();
+    let lease = host.lease_id().unwrap();
+    let mut events = host.subscribe();
+    // Six keep-alive rounds: what is checked is that nothing happens in
+    // them.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    while let Ok(e) = events.try_recv() {
+        assert!(
+            !matches!(
+                e,
+                LivenessEvent::KeepAliveInterrupted { .. } | LivenessEvent::Lost { .. }
+            ),
+            "{e:?}"
+        );
+    }
+    assert_eq!(host.lease_id(), Some(lease));
+    assert_eq!(hosts(&etcd).await, vec![("h1".to_string(), lease.0)]);
+    host.stop().await.unwrap();
 }

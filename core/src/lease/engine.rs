@@ -27,6 +27,23 @@ struct Lease {
     ttl: Duration,
 }
 
+/// What an `etcd grpc-proxy` adds to a keep-alive's reply beyond a TTL/3:
+/// the proxy answers a lease's keep-alives only when its own renewal of
+/// the lease (sent every TTL/3, from a loop that wakes every 500 ms) is
+/// answered; the rest is a round trip to etcd.
+const PROXY_RENEWAL_SLACK: Duration = Duration::from_secs(1);
+
+impl Lease {
+    /// How long a keep-alive on this lease's stream may go unanswered
+    /// before the stream counts as silently broken: the request timeout,
+    /// or TTL/3 + [`PROXY_RENEWAL_SLACK`] when that is longer (a lease of
+    /// a long TTL behind a grpc-proxy is answered that late, and its
+    /// stream must not be taken as broken each time).
+    fn reply_wait(&self, request_timeout: Duration) -> Duration {
+        request_timeout.max(self.ttl / 3 + PROXY_RENEWAL_SLACK)
+    }
+}
+
 /// What a registration attempt is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Attempt {
@@ -234,8 +251,10 @@ impl LeaseEngine {
             State::Idle | State::Closed(_) => None,
             State::Registering { deadline, .. } => Some(*deadline),
             State::Held {
-                link, next_send, ..
-            } => Some(self.held_deadline(link, *next_send)),
+                lease,
+                link,
+                next_send,
+            } => Some(self.held_deadline(lease, link, *next_send)),
             State::Waiting { next_at, .. } => Some(*next_at),
             State::Closing(closing) => Some(closing.next_deadline()),
         }
@@ -243,10 +262,10 @@ impl LeaseEngine {
 
     /// The first of a held lease's timers: a keep-alive to send, a reply
     /// awaited for a request timeout, a retry of the stream, the deadline.
-    fn held_deadline(&self, link: &Link, next_send: Instant) -> Instant {
+    fn held_deadline(&self, lease: &Lease, link: &Link, next_send: Instant) -> Instant {
         match link {
             Link::Up(s) => {
-                let silent_at = s.silent_at(self.config.request_timeout);
+                let silent_at = s.silent_at(lease.reply_wait(self.config.request_timeout));
                 next_send
                     .min(s.expires_at)
                     .min(silent_at.unwrap_or(s.expires_at))
@@ -532,7 +551,7 @@ impl LeaseEngine {
                 link,
                 next_send,
             } => {
-                let soonest = self.held_deadline(&link, next_send);
+                let soonest = self.held_deadline(&lease, &link, next_send);
                 self.held_timeout(now, lease, link, next_send, soonest)
             }
             State::Waiting { next_at, next } if now >= next_at => match next {

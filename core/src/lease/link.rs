@@ -68,10 +68,10 @@ impl Stream {
         }
     }
 
-    /// When the oldest unanswered keep-alive makes the stream count as
-    /// silently broken.
-    pub(super) fn silent_at(&self, request_timeout: Duration) -> Option<Instant> {
-        self.unacked.front().map(|sent| *sent + request_timeout)
+    /// When the oldest unanswered keep-alive, unanswered for `wait`, makes
+    /// the stream count as silently broken.
+    pub(super) fn silent_at(&self, wait: Duration) -> Option<Instant> {
+        self.unacked.front().map(|sent| *sent + wait)
     }
 }
 

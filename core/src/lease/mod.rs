@@ -18,6 +18,9 @@
 //! stream has answered a keep-alive beyond its opening one), and the lease stays
 //! registered: it provably lives, so a broken TCP stream or one etcd member
 //! going down is not a loss ([`Event::KeepAliveInterrupted`] reports it).
+//! A stream whose keep-alive goes unanswered for the request timeout (or,
+//! when longer, TTL/3 + 1 s, the most an `etcd grpc-proxy` delays a
+//! reply) counts as silently broken and is replaced the same way.
 //! The lease is **lost** when a reply carries TTL 0 or etcd says "lease not
 //! found" (revoked or expired), or when the deadline passes with no live
 //! reply (a silent partition, a stall, a stream that cannot be reopened).

@@ -54,7 +54,9 @@ pub struct LivenessOptions {
     pub ttl: Duration,
     /// Keep-alive interval, at least 10 ms and below the TTL. Default TTL/3.
     pub refresh: Option<Duration>,
-    /// Deadline of each etcd request. Default 5 s.
+    /// Deadline of each etcd request. Default 5 s. A keep-alive's reply
+    /// is awaited this long or a third of the TTL plus 1 s, whichever is
+    /// longer (an `etcd grpc-proxy` replies only as it renews the lease).
     pub request_timeout: Duration,
     /// Pacing of heal attempts. Default 100 ms doubling to 30 s, and at
     /// most 1 s between attempts while etcd refuses at once.

@@ -61,7 +61,9 @@ pub struct SessionOptions {
     pub ttl: Duration,
     /// Keep-alive interval, at least 10 ms and below the TTL. Default TTL/3.
     pub refresh: Option<Duration>,
-    /// Deadline of each etcd request. Default 5 s.
+    /// Deadline of each etcd request. Default 5 s. A keep-alive's reply
+    /// is awaited this long or a third of the TTL plus 1 s, whichever is
+    /// longer (an `etcd grpc-proxy` replies only as it renews the lease).
     pub request_timeout: Duration,
     /// A campaign's queue watch quiet this long is probed. Default 10 s.
     pub probe_interval: Duration,

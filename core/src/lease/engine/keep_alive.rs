@@ -55,7 +55,7 @@ impl LeaseEngine {
                         // stream reopened just before the deadline proved
                         // nothing, and etcd may have just come back.
                         let silent = s
-                            .silent_at(self.config.request_timeout)
+                            .silent_at(lease.reply_wait(self.config.request_timeout))
                             .is_some_and(|at| now >= at);
                         let class = if overslept {
                             self.backoff.reset();
@@ -78,11 +78,12 @@ impl LeaseEngine {
             }
             Link::Up(stream)
                 if stream
-                    .silent_at(self.config.request_timeout)
+                    .silent_at(lease.reply_wait(self.config.request_timeout))
                     .is_some_and(|at| now >= at) =>
             {
-                // A keep-alive unanswered for a whole request timeout: the
-                // stream is silently broken (a stalled member, a blackholed
+                // A keep-alive unanswered for a whole request timeout (or
+                // the longer wait of a proxied lease): the stream is
+                // silently broken (a stalled member, a blackholed
                 // connection).
                 let failure = Failure::StreamClosed("keep-alive unanswered".into());
                 self.silences += 1;

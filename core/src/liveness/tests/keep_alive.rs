@@ -387,8 +387,18 @@ fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
     let mut m = registered(StartPolicy::FailFast);
     assert_eq!(fire(&mut m), 3002);
     let _ = drain(&mut m);
-    // Unanswered for the request timeout (2 s): the stream is broken.
-    assert_eq!(fire(&mut m), 5002);
+    // The next keep-alive is sent while the first is unanswered.
+    assert_eq!(fire(&mut m), 6002);
+    assert_eq!(
+        drain(&mut m),
+        vec![cmd(Command::SendKeepAlive {
+            stream: OpId(3),
+            lease: LEASE
+        })]
+    );
+    // The first unanswered for TTL/3 + 1 s (4 s: longer than the 2 s
+    // request timeout, as a grpc-proxy may take): the stream is broken.
+    assert_eq!(fire(&mut m), 7002);
     assert_eq!(
         drain(&mut m),
         vec![
@@ -405,10 +415,61 @@ fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
     );
     assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
     // The reopened stream is silent too; the lease deadline (2 + 9000)
-    // ends it: lost, and healing will try to resume.
+    // ends it before its own wait does: lost, and healing will try to
+    // resume, as a first attempt (a stream reopened 2 s before the
+    // deadline proved nothing about etcd).
     let lost_at = lose_by_silence(&mut m);
     assert_eq!(lost_at, 9002);
-    assert_eq!(m.state(), LivenessState::Healing { attempt: 2 });
+    assert_eq!(m.state(), LivenessState::Healing { attempt: 1 });
+}
+
+/// An `etcd grpc-proxy` answers a keep-alive only when its own renewal of
+/// the lease (every TTL/3) is answered: a reply 3.9 s after its send, past
+/// the 2 s request timeout but within TTL/3 + 1 s, keeps the stream, and
+/// the lease lives a TTL from the send.
+#[test]
+fn a_keep_alive_answered_at_a_proxys_pace_keeps_its_stream() {
+    let mut m = registered(StartPolicy::FailFast);
+    assert_eq!(fire(&mut m), 3002);
+    let _ = drain(&mut m);
+    assert_eq!(fire(&mut m), 6002);
+    let _ = drain(&mut m);
+    reply(&mut m, 6_900, 3, 9);
+    assert_eq!(drain(&mut m), vec![]);
+    assert_eq!(m.expires_at(), Some(t(3_002 + 9_000)));
+    assert_eq!(m.silences(), 0);
+    // The second keep-alive, answered as late, keeps it too.
+    reply(&mut m, 9_900, 3, 9);
+    assert_eq!(drain(&mut m), vec![]);
+    assert_eq!(m.expires_at(), Some(t(6_002 + 9_000)));
+    assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
+}
+
+/// A request timeout longer than TTL/3 + 1 s is the wait for a reply.
+#[test]
+fn a_request_timeout_longer_than_a_third_of_the_ttl_is_the_reply_wait() {
+    let mut c = config(StartPolicy::FailFast);
+    c.lease.request_timeout = Duration::from_secs(5);
+    let mut m = registered_with(c);
+    assert_eq!(fire(&mut m), 3002);
+    let _ = drain(&mut m);
+    assert_eq!(fire(&mut m), 6002);
+    let _ = drain(&mut m);
+    assert_eq!(fire(&mut m), 8002);
+    assert_eq!(
+        drain(&mut m),
+        vec![
+            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
+            ev(Event::KeepAliveInterrupted {
+                lease: LEASE,
+                failure: Failure::StreamClosed("keep-alive unanswered".into())
+            }),
+            cmd(Command::OpenKeepAlive {
+                op: OpId(4),
+                lease: LEASE
+            }),
+        ]
+    );
 }
 
 #[test]

@@ -337,10 +337,12 @@ fn the_plain_baseline_replaces_a_lost_lease_and_serves_every_wait_in_full() {
             break at;
         }
     };
-    // Attempts 1-5 were the refusals, 6 the reopen found silent (3.2 s);
-    // the loss is the seventh: 6.4 s, where coord's pacing would wait at
-    // most its 1 s fast cap.
-    assert_eq!(grant_at - lost_at, 6_400);
+    // Attempts 1-5 were the refusals; the sixth, the reopen at 3.6 s found
+    // silent at 7.6 s (its keep-alive unanswered for TTL/3 + 1 s), drew
+    // 3.2 s in full, past the deadline: the loss keeps that wait, which
+    // coord's pacing would have cut to its 1 s fast cap.
+    assert_eq!(lost_at, 9_002);
+    assert_eq!(grant_at, 7_600 + 3_200);
 }
 
 /// Steps `m` through its deadlines up to `by` (ms); true once it opens a
@@ -447,7 +449,15 @@ fn a_registered_lease_says_until_when_it_lives_and_counts_its_silences() {
     assert_eq!(fire(&mut m), 3002);
     let _ = drain(&mut m);
     assert_eq!(m.silences(), 0, "sent, not yet due");
-    assert_eq!(fire(&mut m), 5002);
+    assert_eq!(fire(&mut m), 6002);
+    let _ = drain(&mut m);
+    assert_eq!(
+        m.silences(),
+        0,
+        "a second keep-alive sent, the first not due"
+    );
+    // Unanswered for TTL/3 + 1 s (longer than the 2 s request timeout).
+    assert_eq!(fire(&mut m), 7002);
     let _ = drain(&mut m);
     assert_eq!(m.silences(), 1, "a keep-alive unanswered");
 }
