@@ -53,6 +53,21 @@ pub(crate) fn sent_before(deadline: Instant, timeout: Duration, probe_sent: Inst
 /// The key probed: nobody writes it, so the read is as cheap as a read is.
 pub const PROBE_KEY: &[u8] = b"\0coord-probe";
 
+/// The probe: a serializable read of [`PROBE_KEY`], one key at most. It
+/// needs a leader only where the client asks for one (etcd's
+/// require-leader), as coord's clients do.
+pub fn probe_request() -> RangeRequest {
+    RangeRequest {
+        get: Get {
+            limit: 1,
+            ..Get::key(Key(PROBE_KEY.to_vec()))
+        },
+        consistency: Consistency::Serializable,
+        after: None,
+        revision: crate::Revision(0),
+    }
+}
+
 /// How the prober probes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -277,15 +292,7 @@ impl Prober {
         let op = self.out.op();
         self.out.cmd(Command::Range {
             op,
-            request: RangeRequest {
-                get: Get {
-                    limit: 1,
-                    ..Get::key(Key(PROBE_KEY.to_vec()))
-                },
-                consistency: Consistency::Serializable,
-                after: None,
-                revision: crate::Revision(0),
-            },
+            request: probe_request(),
         });
         self.last_sent = Some(now);
         self.state = State::Probing {

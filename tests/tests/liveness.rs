@@ -640,3 +640,67 @@ async fn a_killed_etcd_refuses_and_a_stopped_one_does_not() {
         "a stopped etcd refuses nothing: {stopped:?}"
     );
 }
+
+/// A multi-endpoint client's handles use one member at a time; when it goes
+/// silent they move to a member that answers, and a member that was down
+/// and has restarted is one of them: no member is skipped for having failed
+/// before, and none that does not answer is waited on (with authentication
+/// on, dialling a member is a request of its own, which a silent member
+/// never answers).
+///
+/// Three hosts, each with a client to the three members through a proxy
+/// per member; consecutive clients start on consecutive members. Member 0
+/// is killed and restarted, then the paths to members 1 and 2 are
+/// blackholed (the cluster keeps its quorum): every host must move to
+/// member 0 within its lease's TTL, and so keep its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_member_is_used_again_when_the_others_go_silent() {
+    init_tracing();
+    const PASSWORD: &str = "members";
+    let mut etcd = EtcdCluster::three().await;
+    etcd.enable_auth(PASSWORD).await;
+    let mut proxies = Vec::new();
+    for ep in etcd.endpoints() {
+        proxies.push(Proxy::start(&ep).await);
+    }
+    let via: Vec<String> = proxies.iter().map(Proxy::endpoint).collect();
+    let with_user = coord::ConnectOptions::default().with_user("root", PASSWORD);
+    let mut hosts = Vec::new();
+    for i in 0..3 {
+        let client = coord::connect(&via, with_user.clone()).await.unwrap();
+        let host = HostLiveness::register(client, meta(&format!("m{i}")), opts(6))
+            .await
+            .expect("register");
+        let lease = host.lease_id().expect("lease");
+        let events = host.subscribe();
+        hosts.push((host, lease, events));
+    }
+
+    etcd.kill(0);
+    // The hosts that used member 0 move off it (and keep their leases).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    etcd.restart(0).await;
+    proxies[1].set(Mode::Blackhole);
+    proxies[2].set(Mode::Blackhole);
+    // Two TTLs: a lease not kept alive through member 0 has expired.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+
+    let direct = coord::connect(&etcd.endpoints(), with_user.clone())
+        .await
+        .unwrap()
+        .etcd();
+    for (i, (host, lease, events)) in hosts.iter_mut().enumerate() {
+        let key = format!("/coord/hosts/m{i}");
+        let (_, key_lease, _) = get(&direct, &key)
+            .await
+            .unwrap_or_else(|| panic!("{key} expired"));
+        assert_eq!(LeaseId(key_lease), *lease, "{key} on its first lease");
+        assert_eq!(host.lease_id(), Some(*lease));
+        while let Ok(e) = events.try_recv() {
+            assert!(!matches!(e, LivenessEvent::Lost { .. }), "m{i}: {e:?}");
+        }
+    }
+    for (host, _, _) in hosts {
+        host.stop().await.expect("stop");
+    }
+}

@@ -149,7 +149,10 @@ pub trait EtcdApi: Clone + Send + Sync + 'static {
 
     /// Told that etcd went silent (a request, stream or probe unanswered):
     /// a client that can, re-dials, so that a member stalled with its
-    /// connections open is left. Default: nothing.
+    /// connections open is left. A handle that found the silence awaits
+    /// this before it sends again, so it should return once the client is
+    /// where the next requests should go (and return at once when it
+    /// cannot move). Default: nothing.
     fn silent(&self) -> impl Future<Output = ()> + Send {
         async {}
     }

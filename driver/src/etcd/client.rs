@@ -2,7 +2,7 @@
 //! re-dialled when etcd goes silent, and the one probe that every handle
 //! made from it shares.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use coord_core::io::{Listing, RangeRequest, Txn, TxnResponse};
@@ -14,6 +14,55 @@ use crate::ProbeHub;
 
 /// Least time between two moves to another member.
 const MOVE_EVERY: Duration = Duration::from_secs(1);
+
+/// The member coord's handles should use after the one at `from` went
+/// silent, on a fresh connection: every member (the silent one last) is
+/// dialled at once and asked a cheap read that needs a leader, and the
+/// first to answer is taken, so a member restarted since is used again
+/// as soon as it answers. Each has twice the connect timeout to be dialled
+/// (and, with a user set, to authenticate) and answer. When none does,
+/// the next member in the list (dialled within that bound again), so
+/// that a silent connection is left all the same; `None` when even that
+/// dial fails.
+async fn answering(
+    endpoints: &[String],
+    dialer: &super::dial::Dialer,
+    from: usize,
+) -> Option<(usize, etcd_client::Client)> {
+    let n = endpoints.len();
+    let mut asked = tokio::task::JoinSet::new();
+    for i in (1..=n).map(|k| (from + k) % n) {
+        let (endpoint, dialer) = (endpoints[i].clone(), dialer.clone());
+        asked.spawn(async move {
+            let answered = async {
+                let client = dialer.dial(std::slice::from_ref(&endpoint)).await.ok()?;
+                EtcdApi::range(&client, coord_core::probe::probe_request())
+                    .await
+                    .ok()
+                    .map(|_| (i, client))
+            };
+            tokio::time::timeout(dialer.dial_bound(), answered)
+                .await
+                .ok()
+                .flatten()
+        });
+    }
+    // Dropping the set aborts the reads still waiting.
+    while let Some(done) = asked.join_next().await {
+        if let Ok(Some(found)) = done {
+            return Some(found);
+        }
+    }
+    let next = (from + 1) % n.max(1);
+    let endpoint = endpoints.get(next)?;
+    match dialer.dial(std::slice::from_ref(endpoint)).await {
+        Ok(fresh) => Some((next, fresh)),
+        Err(e) => {
+            warn!(%endpoint, error = %e, "no etcd member answers, and dialling the next failed");
+            None
+        }
+    }
+}
 
 /// An etcd client for coord's handles, as [`connect`](crate::connect)
 /// opens it.
@@ -28,6 +77,17 @@ const MOVE_EVERY: Duration = Duration::from_secs(1);
 ///   blackholed path) is so left within about a request timeout, whatever
 ///   the HTTP/2 pings (which must stay slow; see
 ///   [`ConnectOptions`](crate::ConnectOptions)). At most one move a second.
+/// - **Where they move:** every member is dialled afresh and asked a cheap
+///   read that needs a leader, and handles move to the first that answers.
+///   A handle that found etcd silent waits for the move before it sends
+///   again (its reopened stream goes to the new member). So after the
+///   member in use goes silent, handles are on a member that answers
+///   within twice the
+///   [connect timeout](crate::ConnectOptions::connect_timeout) (if any
+///   does), and a member that was down and has restarted is used again as
+///   soon as it answers: no member is skipped for having failed before.
+///   When none answers, they move to the next member in the list
+///   and the search is repeated at the next silence.
 ///
 /// [`etcd`](Self::etcd) gives an etcd-client client for requests of your
 /// own (etcd-client is re-exported as [`coord::etcd_client`](crate::etcd_client)).
@@ -49,7 +109,10 @@ struct Inner {
     current: RwLock<(usize, etcd_client::Client)>,
     /// How to dial a member (`None`: a client wrapped by [`Client::new`]).
     dial: Option<(Vec<String>, super::dial::Dialer)>,
-    moved_at: Mutex<Option<tokio::time::Instant>>,
+    /// When handles last moved; held while they move, so that a handle
+    /// that finds etcd silent meanwhile waits for the move and then uses
+    /// the member moved to.
+    moved_at: tokio::sync::Mutex<Option<tokio::time::Instant>>,
     /// Whether it dials etcd over TLS (etcd may refuse a client's
     /// certificate, or its lack of one, only after the handshake, by
     /// closing the connection).
@@ -83,7 +146,7 @@ impl Client {
                 current: RwLock::new(current),
                 dial,
                 tls,
-                moved_at: Mutex::new(None),
+                moved_at: tokio::sync::Mutex::new(None),
             }),
             probe: Some(ProbeHub::new()),
         }
@@ -187,30 +250,25 @@ impl EtcdApi for Client {
         let Some((endpoints, dialer)) = &self.inner.dial else {
             return;
         };
-        {
-            let mut at = match self.inner.moved_at.lock() {
-                Ok(g) => g,
-                Err(poisoned) => poisoned.into_inner(),
-            };
-            let now = tokio::time::Instant::now();
-            if at.is_some_and(|t| now < t + MOVE_EVERY) {
-                return;
-            }
-            *at = Some(now);
+        let mut moved_at = self.inner.moved_at.lock().await;
+        let now = tokio::time::Instant::now();
+        if moved_at.is_some_and(|t| now < t + MOVE_EVERY) {
+            return;
         }
-        let next = (self.current_index() + 1) % endpoints.len().max(1);
-        let Some(endpoint) = endpoints.get(next) else {
+        *moved_at = Some(now);
+        let from = self.current_index();
+        let Some((to, fresh)) = answering(endpoints, dialer, from).await else {
             return;
         };
-        match dialer.dial(std::slice::from_ref(endpoint)).await {
-            Ok(fresh) => {
-                debug!(%endpoint, "etcd went silent: moving to the next member");
-                match self.inner.current.write() {
-                    Ok(mut c) => *c = (next, fresh),
-                    Err(poisoned) => *poisoned.into_inner() = (next, fresh),
-                }
+        match endpoints.get(to) {
+            Some(endpoint) if to != from => {
+                debug!(%endpoint, "etcd went silent: moving to a member that answers");
             }
-            Err(e) => warn!(%endpoint, error = %e, "dialling the next etcd member failed"),
+            _ => debug!("etcd went silent: a fresh connection to the same member"),
+        }
+        match self.inner.current.write() {
+            Ok(mut c) => *c = (to, fresh),
+            Err(poisoned) => *poisoned.into_inner() = (to, fresh),
         }
     }
 

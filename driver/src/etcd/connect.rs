@@ -149,14 +149,29 @@ pub async fn connect<E: AsRef<str>>(
         usize::try_from(NEXT_START.fetch_add(1, Ordering::Relaxed) + u64::from(std::process::id()))
             .unwrap_or(0)
             % dial.len();
-    let member = dialer
-        .dial(&dial[start..=start])
-        .await
-        .map_err(connect_error)?;
+    // The first member that can be dialled (with a user set, dialling
+    // authenticates), from `start` on.
+    let mut member = None;
+    for i in (0..dial.len()).map(|k| (start + k) % dial.len()) {
+        match dialer.dial(&dial[i..=i]).await {
+            Ok(client) => {
+                member = Some((i, client));
+                break;
+            }
+            Err(e) => tracing::debug!(endpoint = %dial[i], error = %e, "member not dialled"),
+        }
+    }
+    let Some(member) = member else {
+        // `first` authenticated through some member, which has since
+        // stopped answering.
+        return Err(Error::Unreachable(Cause::msg(
+            "no etcd member could be dialled",
+        )));
+    };
     let tls = options.tls.is_some() || dial.iter().any(|e| e.starts_with("https://"));
     Ok(crate::Client::build(
         first,
-        (start, member),
+        member,
         Some((dial, dialer)),
         tls,
     ))

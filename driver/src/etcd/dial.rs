@@ -40,9 +40,35 @@ impl Dialer {
         })
     }
 
+    /// How long a dial may take: twice the connect timeout (the
+    /// connection, then, with a user set, authentication's round trip).
+    pub(crate) fn dial_bound(&self) -> std::time::Duration {
+        self.connect_timeout * 2
+    }
+
     /// A client to `endpoints` (when skipping verification: to the first
-    /// of them; coord's handles move between members themselves).
+    /// of them; coord's handles move between members themselves). With a
+    /// user set, the dial authenticates, within twice the connect timeout
+    /// (the connection, then the round trip; an etcd that takes the
+    /// connection and never answers fails as `etcd_client::Error::IoError`
+    /// of kind `TimedOut`); without one, it is lazy and cannot fail on an
+    /// unreachable etcd.
     pub(crate) async fn dial(
+        &self,
+        endpoints: &[String],
+    ) -> Result<etcd_client::Client, etcd_client::Error> {
+        let bound = self.dial_bound();
+        tokio::time::timeout(bound, self.dial_unbounded(endpoints))
+            .await
+            .unwrap_or_else(|_| {
+                Err(etcd_client::Error::IoError(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {bound:?}"),
+                )))
+            })
+    }
+
+    async fn dial_unbounded(
         &self,
         endpoints: &[String],
     ) -> Result<etcd_client::Client, etcd_client::Error> {

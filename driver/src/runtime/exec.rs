@@ -228,6 +228,11 @@ impl<A: EtcdApi> Executor<A> {
         }
     }
 
+    /// The client commands go to.
+    pub(crate) fn api(&self) -> &A {
+        &self.api
+    }
+
     /// The next message (or end) of any open watch stream, as the
     /// machine's completion. Pending while no stream has one.
     pub(crate) async fn next_watch(&mut self) -> Completion {

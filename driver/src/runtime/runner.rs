@@ -184,12 +184,19 @@ pub(crate) async fn run<A, M, H>(
             // budget does this too, but not every runtime has one.
             tokio::task::yield_now().await;
         }
+        let silences = machine.silences();
+        if silences != last_silences {
+            // etcd went silent: a client that can moves to a member that
+            // answers before the machine's commands (a stream reopened in
+            // place of the silent one) go out, so they do not go to the
+            // silent member again.
+            exec.api().silent().await;
+        }
         drain(&clock, &mut machine, &mut exec, &mut adapter);
         if machine.is_closed() {
             break;
         }
         probe.set_waiting(machine.awaits_etcd());
-        let silences = machine.silences();
         if silences != last_silences {
             last_silences = silences;
             probe.silence();
