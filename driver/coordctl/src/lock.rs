@@ -148,7 +148,11 @@ async fn run_local(args: &Lock, signals: &mut Signals, printer: Printer) -> Resu
         keep: holder.hold_fds(),
         outlives: match args.backend {
             LockBackend::Redis | LockBackend::Etcd => Some(ttl_outlives(ttl)),
-            LockBackend::Flock | LockBackend::File | LockBackend::Postgres => None,
+            // On its own host a marker lives while the guard it names
+            // does; another host (NFS) judges it by the stale window,
+            // refreshed every third of it, as a TTL is.
+            LockBackend::File => Some(ttl_outlives(args.stale_after)),
+            LockBackend::Flock | LockBackend::Postgres => None,
         },
     };
     let ended = run_while_held(

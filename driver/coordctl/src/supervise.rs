@@ -44,8 +44,9 @@ pub struct Guarded<'a> {
     /// keeps them open until the command is gone.
     pub keep: Vec<BorrowedFd<'a>>,
     /// How long the hold surely outlives coordctl's death, for a hold that
-    /// expires by itself (etcd, redis); `None` for one that lasts while
-    /// the guard keeps `keep` open or lives (flock, postgres, file).
+    /// expires by itself (etcd, redis; a marker file, for takers on other
+    /// hosts); `None` for one that lasts while the guard keeps `keep` open
+    /// (flock, postgres).
     pub outlives: Option<Duration>,
 }
 

@@ -169,6 +169,36 @@ async fn a_command_never_outlives_a_holder_killed_9_on_any_backend() {
     }
 }
 
+/// A marker file is judged from other hosts by its stale window: when
+/// coordctl dies, the guard SIGKILLs a command that ignores SIGTERM within
+/// two thirds of `--stale-after`, not after a longer `--grace`, so a taker
+/// on another host never runs beside it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_lock_cuts_the_grace_to_its_stale_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let locks = tempfile::tempdir().unwrap();
+    let none = vec!["http://127.0.0.1:9".to_string()];
+    let mut c = coordctl(&none);
+    c.args(["-w", "json", "lock", "--backend", "file", "--dir"])
+        .arg(locks.path())
+        .args(["jobs", "--stale-after", "3s", "--grace", "120s", "--"])
+        .args(first_command(dir.path(), true));
+    let mut first = Peer::spawn(c);
+    next_event(&mut first, "started").await;
+    let pid = read_pid(dir.path()).await;
+    let killed_at = Instant::now();
+    first.kill9().await;
+    // Due by 1.75 s; the rest is slack for a loaded machine, far below
+    // the grace.
+    while running(pid) {
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(30),
+            "the command outlived the stale window"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Without a command, coordctl's statuses are 1-4; with one, they keep out
 /// of the command's way (123-127), and the command's own status passes.
 #[tokio::test(flavor = "multi_thread")]
