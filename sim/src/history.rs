@@ -650,6 +650,9 @@ pub struct KeyChange {
     pub revision: i64,
     /// Whether the key exists after it (a put) or not (a delete).
     pub present: bool,
+    /// Which of etcd's histories it belongs to: 0 until the first wipe,
+    /// then one more per wipe (revisions start over at each).
+    pub history: u32,
 }
 
 /// The fenced resource every leader of `name` writes its token to.

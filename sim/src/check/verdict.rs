@@ -33,6 +33,10 @@ pub enum Invariant {
     SimulatorSound,
     /// A watcher's events do not replay soundly.
     WatcherSound,
+    /// A watcher's view at one of its bookmarks (`Synced`, `Resynced`,
+    /// the `Restored` that ends a reset) was not etcd's hosts at the
+    /// bookmark's revision.
+    WatcherBookmarks,
     /// A watcher's view did not converge to etcd's after the heal.
     WatcherConverges,
     /// An undisturbed watcher missed a change.

@@ -297,6 +297,14 @@ pub(crate) fn watchers(
             _ => None,
         })
         .unwrap_or_default();
+    // The same changes by etcd's history (each wipe starts one), in
+    // revision order within each: what etcd held at any revision.
+    let mut histories: BTreeMap<u32, Vec<&KeyChange>> = BTreeMap::new();
+    for c in &changes {
+        histories.entry(c.history).or_default().push(c);
+    }
+    // Wipes so far: the histories a view may come from.
+    let mut wipes_seen = 0u32;
     // Per host, from the change log up to the current record: its key's
     // mod revision (None: absent) and when it last changed.
     let mut etcd: BTreeMap<usize, (Option<i64>, u64)> = BTreeMap::new();
@@ -334,6 +342,7 @@ pub(crate) fn watchers(
         }
         match &r.what {
             Entry::Fault(Fault::Wipe { .. }) => {
+                wipes_seen += 1;
                 for n in &mut wiped {
                     *n += 1;
                 }
@@ -481,6 +490,29 @@ pub(crate) fn watchers(
                         ),
                     );
                 }
+                // Bookmarkable: at a bookmark, every change up to its
+                // revision is in the view, and none after it.
+                if matches!(
+                    event.kind,
+                    WatcherEventKind::Synced
+                        | WatcherEventKind::Resynced
+                        | WatcherEventKind::Restored
+                ) {
+                    v.checks += 1;
+                    if let Some(problem) =
+                        bookmark_problem(view, event.revision, &histories, wipes_seen)
+                    {
+                        v.violate(
+                            Invariant::WatcherBookmarks,
+                            r.at_ms,
+                            None,
+                            format!(
+                                "watcher {w}: {:?} at revision {}: {problem}",
+                                event.kind, event.revision
+                            ),
+                        );
+                    }
+                }
                 // Unique: an `Updated` always brings a record other than
                 // the one it replaces (a replayed put brings none).
                 if event.kind == WatcherEventKind::Updated {
@@ -584,6 +616,34 @@ pub(crate) fn watchers(
             _ => {}
         }
     }
+}
+
+/// What is wrong with `view` as etcd's hosts at `revision`, or `None` if
+/// some history etcd has had by now (at most `wipes` wipes into it; a
+/// watcher may not have noticed the latest yet) held exactly those hosts,
+/// at those mod revisions, at that revision.
+fn bookmark_problem(
+    view: &HostView,
+    revision: i64,
+    histories: &BTreeMap<u32, Vec<&KeyChange>>,
+    wipes: u32,
+) -> Option<String> {
+    let at = |changes: &[&KeyChange]| {
+        let mut hosts = HostView::new();
+        for c in changes.iter().take_while(|c| c.revision <= revision) {
+            match c.present {
+                true => hosts.insert(c.host, c.revision),
+                false => hosts.remove(&c.host),
+            };
+        }
+        hosts
+    };
+    let none = Vec::new();
+    let held: Vec<HostView> = (0..=wipes)
+        .map(|h| at(histories.get(&h).unwrap_or(&none)))
+        .collect();
+    (!held.iter().any(|hosts| hosts == view))
+        .then(|| format!("its view is {view:?}, etcd held {held:?} (by history)"))
 }
 
 /// Every field of a host event against etcd's truth: an `Up` or `Updated`

@@ -66,9 +66,12 @@ pub async fn wipe(
         for lease in st.model.leases() {
             st.lease_ended(now, lease);
         }
+        st.wipes += 1;
+        let history = st.wipes;
         for kv in st.model.wipe() {
             if kv.key.starts_with(prefix) {
-                st.key_changes.push((now, kv.key.clone(), 1, false));
+                st.key_changes
+                    .push((now, kv.key.clone(), 1, false, history));
                 continue;
             }
             st.other_changes.push(crate::history::LogEntry {

@@ -50,8 +50,11 @@ pub struct EtcdState {
     /// rate.
     pub grant_times: Vec<u64>,
     /// Every change of a key under the hosts' prefix: (virtual ms, key,
-    /// revision, present after it). The exact truth the watchers owe.
-    pub key_changes: Vec<(u64, Vec<u8>, i64, bool)>,
+    /// revision, present after it, which history: the wipes before it).
+    /// The exact truth the watchers owe.
+    pub key_changes: Vec<(u64, Vec<u8>, i64, bool, u32)>,
+    /// Wipes so far: each starts etcd's history of revisions over.
+    pub wipes: u32,
     /// Every put of a key under the hosts' prefix, with what it wrote.
     pub host_puts: Vec<crate::history::HostPut>,
     /// Every change of any other key (election queues, fenced resources).
@@ -143,8 +146,13 @@ impl EtcdState {
             for e in self.model.events_since(b"", last + 1).unwrap_or_default() {
                 let present = matches!(e, model::Event::Put { .. });
                 if e.key().starts_with(prefix) {
-                    self.key_changes
-                        .push((now, e.key().to_vec(), e.revision(), present));
+                    self.key_changes.push((
+                        now,
+                        e.key().to_vec(),
+                        e.revision(),
+                        present,
+                        self.wipes,
+                    ));
                     if let model::Event::Put { kv, .. } = &e {
                         self.host_puts.push(crate::history::HostPut {
                             at_ms: now,
@@ -204,6 +212,7 @@ pub fn new_state() -> SharedEtcd {
         changed: Arc::new(Notify::new()),
         grant_times: Vec::new(),
         key_changes: Vec::new(),
+        wipes: 0,
         host_puts: Vec::new(),
         other_changes: Vec::new(),
         lease_log: BTreeMap::new(),

@@ -142,13 +142,14 @@ pub async fn run<W: Variant>(case: &Case, wrap: W) -> History {
         let changes = st
             .key_changes
             .iter()
-            .filter_map(|(at, key, rev, present)| {
+            .filter_map(|(at, key, rev, present, history)| {
                 let host = std::str::from_utf8(key.strip_prefix(prefix)?).ok()?;
                 Some(KeyChange {
                     at_ms: *at,
                     host: host_index(host)?,
                     revision: *rev,
                     present: *present,
+                    history: *history,
                 })
             })
             .collect();

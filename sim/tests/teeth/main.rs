@@ -142,6 +142,10 @@ teeth! {
     a_session_that_keeps_its_lost_lease_is_caught: Intercepting(RecycledLease::default) => [LostLeaseRetired] within 40, "the checker missed a lost lease campaigned on again";
     a_retried_join_that_takes_the_header_revision_for_its_token_is_caught: Intercepting(|| RetriedJoinTakesHeaderRevision) => [ElectionRecords] within 60, "the checker missed a retried join's token that is not its key's";
     listing_pages_not_pinned_to_one_revision_are_caught: Intercepting(|| UnpinnedPages) => [WatcherSound, WatcherComplete, WatcherRecords, WatcherConverges, WatcherSaysStale] within 300, "the checker missed a listing mixing two states of etcd";
+    // The bookmark check alone: a first listing or re-list mixing two
+    // states of etcd is not etcd's hosts at the revision it reports
+    // (first caught at seed 59).
+    listing_pages_not_pinned_to_one_revision_break_the_bookmarks: Intercepting(|| UnpinnedPages) => [WatcherBookmarks] within 100, "the bookmark check missed a view that was no state of etcd at its revision";
     a_listing_at_the_views_own_revision_taken_for_a_restore_is_caught: Intercepting(OwnRevisionTakenForBehind::default) => [WatcherSound] within 60, "the checker missed a restore reported for a listing at the view's own revision";
     // Late acknowledgements, then a cut (generator 10): 45 of the first
     // 400 default seeds fail, the first at seed 19.
