@@ -382,6 +382,22 @@ fn a_deadline_loss_after_etcd_returned_heals_from_the_first_attempt() {
     assert!(next_at <= t(now + 100), "within the first delay: {next_at}");
 }
 
+/// What a stream found silent gives: it is closed, the interruption
+/// reported, and stream `new` opened in its place.
+fn broken_by_silence(old: u64, new: u64) -> Vec<Output> {
+    vec![
+        cmd(Command::CloseKeepAlive { stream: OpId(old) }),
+        ev(Event::KeepAliveInterrupted {
+            lease: LEASE,
+            failure: Failure::StreamClosed("keep-alive unanswered".into()),
+        }),
+        cmd(Command::OpenKeepAlive {
+            op: OpId(new),
+            lease: LEASE,
+        }),
+    ]
+}
+
 #[test]
 fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
     let mut m = registered(StartPolicy::FailFast);
@@ -399,20 +415,7 @@ fn unanswered_keep_alive_reopens_the_stream_then_loses_at_the_deadline() {
     // The first unanswered for TTL/3 + 1 s (4 s: longer than the 2 s
     // request timeout, as a grpc-proxy may take): the stream is broken.
     assert_eq!(fire(&mut m), 7002);
-    assert_eq!(
-        drain(&mut m),
-        vec![
-            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
-            ev(Event::KeepAliveInterrupted {
-                lease: LEASE,
-                failure: Failure::StreamClosed("keep-alive unanswered".into())
-            }),
-            cmd(Command::OpenKeepAlive {
-                op: OpId(4),
-                lease: LEASE
-            }),
-        ]
-    );
+    assert_eq!(drain(&mut m), broken_by_silence(3, 4));
     assert_eq!(m.state(), LivenessState::Registered { lease: LEASE });
     // The reopened stream is silent too; the lease deadline (2 + 9000)
     // ends it before its own wait does: lost, and healing will try to
@@ -456,20 +459,7 @@ fn a_request_timeout_longer_than_a_third_of_the_ttl_is_the_reply_wait() {
     assert_eq!(fire(&mut m), 6002);
     let _ = drain(&mut m);
     assert_eq!(fire(&mut m), 8002);
-    assert_eq!(
-        drain(&mut m),
-        vec![
-            cmd(Command::CloseKeepAlive { stream: OpId(3) }),
-            ev(Event::KeepAliveInterrupted {
-                lease: LEASE,
-                failure: Failure::StreamClosed("keep-alive unanswered".into())
-            }),
-            cmd(Command::OpenKeepAlive {
-                op: OpId(4),
-                lease: LEASE
-            }),
-        ]
-    );
+    assert_eq!(drain(&mut m), broken_by_silence(3, 4));
 }
 
 #[test]
