@@ -162,8 +162,8 @@ pub async fn connect<E: AsRef<str>>(
         }
     }
     let Some(member) = member else {
-        // `first` authenticated through some member, which has since
-        // stopped answering.
+        // Only a dial that authenticates can fail here: every member
+        // refused it or left it unanswered, though `first` got through.
         return Err(Error::Unreachable(Cause::msg(
             "no etcd member could be dialled",
         )));

@@ -186,10 +186,10 @@ pub(crate) async fn run<A, M, H>(
         }
         let silences = machine.silences();
         if silences != last_silences {
-            // etcd went silent: a client that can moves to a member that
-            // answers before the machine's commands (a stream reopened in
-            // place of the silent one) go out, so they do not go to the
-            // silent member again.
+            // etcd went silent: before the machine's commands go out (a
+            // stream reopened in place of the silent one), a client that
+            // can moves to a member that answers, so that they do not go
+            // to the silent member again.
             exec.api().silent().await;
         }
         drain(&clock, &mut machine, &mut exec, &mut adapter);
