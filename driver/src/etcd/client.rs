@@ -21,47 +21,42 @@ const MOVE_EVERY: Duration = Duration::from_secs(1);
 /// first to answer is taken, so a member restarted since is used again
 /// as soon as it answers. Each has twice the connect timeout to be dialled
 /// (and, with a user set, to authenticate) and answer. When none does,
-/// the next member in the list (dialled within that bound again), so
-/// that a silent connection is left all the same; `None` when even that
-/// dial fails.
+/// the next member in the list, on the connection just dialled to it, so
+/// that a silent connection is left all the same; `None` when it could not
+/// be dialled either.
 async fn answering(
     endpoints: &[String],
     dialer: &super::dial::Dialer,
     from: usize,
 ) -> Option<(usize, etcd_client::Client)> {
     let n = endpoints.len();
+    let next = (from + 1) % n.max(1);
     let mut asked = tokio::task::JoinSet::new();
     for i in (1..=n).map(|k| (from + k) % n) {
         let (endpoint, dialer) = (endpoints[i].clone(), dialer.clone());
         asked.spawn(async move {
-            let answered = async {
-                let client = dialer.dial(std::slice::from_ref(&endpoint)).await.ok()?;
-                EtcdApi::range(&client, coord_core::probe::probe_request())
-                    .await
-                    .ok()
-                    .map(|_| (i, client))
-            };
-            tokio::time::timeout(dialer.dial_bound(), answered)
-                .await
-                .ok()
-                .flatten()
+            let deadline = tokio::time::Instant::now() + dialer.dial_bound();
+            // The dial is bounded by the same time.
+            let client = dialer.dial(std::slice::from_ref(&endpoint)).await.ok()?;
+            let read = EtcdApi::range(&client, coord_core::probe::probe_request());
+            let answered = matches!(tokio::time::timeout_at(deadline, read).await, Ok(Ok(_)));
+            Some((i, client, answered))
         });
     }
+    let mut dialled_next = None;
     // Dropping the set aborts the reads still waiting.
     while let Some(done) = asked.join_next().await {
-        if let Ok(Some(found)) = done {
-            return Some(found);
+        match done {
+            Ok(Some((i, client, true))) => return Some((i, client)),
+            Ok(Some((i, client, false))) if i == next => dialled_next = Some((i, client)),
+            _ => {}
         }
     }
-    let next = (from + 1) % n.max(1);
-    let endpoint = endpoints.get(next)?;
-    match dialer.dial(std::slice::from_ref(endpoint)).await {
-        Ok(fresh) => Some((next, fresh)),
-        Err(e) => {
-            warn!(%endpoint, error = %e, "no etcd member answers, and dialling the next failed");
-            None
-        }
+    if dialled_next.is_none() {
+        let endpoint = endpoints.get(next).map_or("", String::as_str);
+        warn!(%endpoint, "no etcd member answers, and the next could not be dialled");
     }
+    dialled_next
 }
 
 /// An etcd client for coord's handles, as [`connect`](crate::connect)
