@@ -381,6 +381,42 @@ mod tests {
     }
 
     #[test]
+    fn each_setter_sets_its_own_option_only() {
+        let set = BackoffConfig::default()
+            .with_initial(Duration::from_millis(7))
+            .with_multiplier(5)
+            .with_cap(Duration::from_secs(9))
+            .with_fast_cap(Duration::from_secs(3))
+            .with_pacing(Pacing::Plain);
+        assert_eq!(
+            set,
+            BackoffConfig {
+                initial: Duration::from_millis(7),
+                multiplier: 5,
+                cap: Duration::from_secs(9),
+                fast_cap: Duration::from_secs(3),
+                pacing: Pacing::Plain,
+            }
+        );
+        // Each setter alone leaves the others at their defaults.
+        let d = BackoffConfig::default();
+        assert_eq!(
+            d.clone().with_initial(Duration::from_millis(7)),
+            BackoffConfig {
+                initial: Duration::from_millis(7),
+                ..d.clone()
+            }
+        );
+        assert_eq!(
+            d.clone().with_pacing(Pacing::Plain),
+            BackoffConfig {
+                pacing: Pacing::Plain,
+                ..d
+            }
+        );
+    }
+
+    #[test]
     fn plain_pacing_doubles_exactly_to_the_cap_whatever_the_class() {
         let mut b = Backoff::new(BackoffConfig::plain(), 42);
         assert!(!b.heeds_returns());

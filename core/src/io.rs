@@ -605,6 +605,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_txn_builder_adds_each_part_to_its_own_list() {
+        let absent = Compare::create_revision("/k", CompareOp::Equal, Revision(0));
+        let held = Compare::lease("/k", CompareOp::Equal, LeaseId(7));
+        let put = TxnOp::Put {
+            key: Key(b"/k".to_vec()),
+            value: b"v".to_vec(),
+            lease: LeaseId(7),
+        };
+        let txn = Txn::new()
+            .when([absent.clone()])
+            .and_then([put.clone()])
+            .or_else([put.clone()])
+            .when([held.clone()])
+            .and_then([]);
+        assert_eq!(
+            txn,
+            Txn {
+                compares: vec![absent, held],
+                success: vec![put.clone()],
+                failure: vec![put],
+            }
+        );
+    }
+
+    #[test]
     fn a_complete_listing_has_no_more_keys_and_names_no_cluster() {
         let kv = KeyValue {
             key: Key(b"/k".to_vec()),

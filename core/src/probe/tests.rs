@@ -310,3 +310,27 @@ fn a_refused_probe_after_an_answer_is_a_silence_told_once() {
     p.handle(t(1_050), ProbeInput::Timeout);
     assert_eq!(drain(&mut p), vec![probe(3)]);
 }
+
+#[test]
+fn each_setter_sets_its_own_option_only() {
+    let set = ProbeConfig::default()
+        .with_interval(Duration::from_secs(3))
+        .with_request_timeout(Duration::from_millis(700))
+        .with_refused_interval(Duration::from_millis(20));
+    assert_eq!(
+        set,
+        ProbeConfig {
+            interval: Duration::from_secs(3),
+            request_timeout: Duration::from_millis(700),
+            refused_interval: Duration::from_millis(20),
+        }
+    );
+    let d = ProbeConfig::default();
+    assert_eq!(
+        d.clone().with_request_timeout(Duration::from_millis(700)),
+        ProbeConfig {
+            request_timeout: Duration::from_millis(700),
+            ..d
+        }
+    );
+}
