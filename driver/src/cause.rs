@@ -124,4 +124,12 @@ mod tests {
         assert_eq!(Cause::msg("inner"), Cause::new(Inner));
         assert_ne!(Cause::msg("other"), Cause::new(Inner));
     }
+
+    #[test]
+    fn a_cause_debugs_as_its_quoted_text() {
+        assert_eq!(
+            format!("{:?}", Cause::described("said \"no\"", Inner)),
+            r#"Cause("said \"no\"")"#
+        );
+    }
 }

@@ -165,3 +165,42 @@ impl From<coord_core::session::SessionError> for Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coord_core::machine::StartError;
+    use coord_core::session::{CampaignError, SessionError};
+    use coord_core::Key;
+
+    #[test]
+    fn core_refusals_become_the_errors_the_handles_document() {
+        assert!(matches!(Error::from(StartError::Closed), Error::Closed));
+        assert!(matches!(
+            Error::from(StartError::AlreadyStarted),
+            Error::TaskGone
+        ));
+        assert!(matches!(
+            Error::from(SessionError::Start(StartError::Closed)),
+            Error::Closed
+        ));
+        assert!(matches!(
+            Error::from(SessionError::Campaign(CampaignError::Closed)),
+            Error::Closed
+        ));
+        assert!(matches!(
+            Error::from(SessionError::Campaign(CampaignError::AlreadyCampaigning(Key(
+                b"/e/jobs".to_vec()
+            )))),
+            Error::AlreadyCampaigning { name } if name == "/e/jobs"
+        ));
+        assert!(matches!(
+            Error::from(SessionError::UnknownElection),
+            Error::NotLeader
+        ));
+        assert!(matches!(
+            Error::from(SessionError::Campaign(CampaignError::IdTaken(3))),
+            Error::TaskGone
+        ));
+    }
+}

@@ -417,6 +417,35 @@ mod tests {
     use std::collections::BTreeSet;
 
     #[test]
+    fn each_setter_sets_its_own_option() {
+        let backoff = BackoffConfig::default().with_cap(Duration::from_secs(3));
+        let set = LivenessOptions::default()
+            .with_prefix("/fleet/")
+            .with_ttl(Duration::from_secs(4))
+            .with_refresh(Duration::from_secs(1))
+            .with_request_timeout(Duration::from_secs(2))
+            .with_backoff(backoff.clone())
+            .with_seed(9)
+            .with_retry_first_registration(true)
+            .with_on_loss(OnLoss::Replace)
+            .with_fleet_spacing(None);
+        assert_eq!(
+            set,
+            LivenessOptions {
+                prefix: "/fleet/".to_string(),
+                ttl: Duration::from_secs(4),
+                refresh: Some(Duration::from_secs(1)),
+                request_timeout: Duration::from_secs(2),
+                backoff,
+                seed: Some(9),
+                retry_first_registration: true,
+                on_loss: OnLoss::Replace,
+                fleet_spacing: None,
+            }
+        );
+    }
+
+    #[test]
     fn options_are_checked_as_register_checks_them() {
         assert!(LivenessOptions::default().validate().is_ok());
         for prefix in ["", "/hosts\n/"] {
