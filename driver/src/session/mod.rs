@@ -338,6 +338,31 @@ mod tests {
     use coord_core::StartPolicy;
 
     #[test]
+    fn each_setter_sets_its_own_option() {
+        let backoff = BackoffConfig::default().with_cap(Duration::from_secs(3));
+        let set = SessionOptions::default()
+            .with_ttl(Duration::from_secs(6))
+            .with_refresh(Duration::from_secs(1))
+            .with_request_timeout(Duration::from_secs(2))
+            .with_probe_interval(Duration::from_secs(4))
+            .with_backoff(backoff.clone())
+            .with_seed(9)
+            .with_retry_first_grant(true);
+        assert_eq!(
+            set,
+            SessionOptions {
+                ttl: Duration::from_secs(6),
+                refresh: Some(Duration::from_secs(1)),
+                request_timeout: Duration::from_secs(2),
+                probe_interval: Duration::from_secs(4),
+                backoff,
+                seed: Some(9),
+                retry_first_grant: true,
+            }
+        );
+    }
+
+    #[test]
     fn options_are_checked_as_new_checks_them() {
         assert!(SessionOptions::default().validate().is_ok());
         let secs = |s| SessionOptions {

@@ -66,10 +66,14 @@ fn an_interceptor_changes_what_it_overrides_and_passes_the_rest_through() {
             .await
             .map_err(fail)?;
         let created = events.next().await;
+        // Passed through: a revoke ends the lease, so a second finds none.
+        let doomed = api.lease_grant(5).await.map_err(fail)?;
+        let revoked = api.lease_revoke(doomed.lease).await.map_err(fail);
+        let again = api.lease_revoke(doomed.lease).await.map_err(fail);
         let seen = lock(&seen).clone();
-        Ok((granted, written, ttl, created, seen))
+        Ok((granted, written, ttl, created, (revoked, again), seen))
     });
-    let (granted, written, ttl, created, seen) = match outcome {
+    let (granted, written, ttl, created, (revoked, again), seen) = match outcome {
         Ok(o) => o,
         Err(e) => panic!("the run failed: {e}"),
     };
@@ -80,6 +84,8 @@ fn an_interceptor_changes_what_it_overrides_and_passes_the_rest_through() {
         matches!(&created, Some(Ok(m)) if m.kind == MessageKind::Created),
         "the watch's first message passed through: {created:?}"
     );
+    assert_eq!(revoked, Ok(()), "the revoke passed through");
+    assert!(again.is_err(), "the lease outlived its revoke: {again:?}");
     assert_eq!(
         seen,
         [

@@ -112,6 +112,50 @@ fn a_snapshot_buffered_before_a_close_is_still_taken() {
     }
 }
 
+/// What a watcher driven `driving` yields as a `Stream` over a prefix
+/// of three hosts, a fourth registered once it synced, then closed with
+/// its closer: each event's kind and host, to the stream's end.
+fn streamed(driving: Driving) -> Result<Vec<String>, String> {
+    use futures_core::Stream;
+    run_beside_etcd(15, move |etcd_addr, start| async move {
+        let api = sim_client(etcd_addr, 1, start).await?;
+        put_hosts(&api, (0..3).map(|i| format!("h{i}"))).await?;
+        let opts = WatcherOptions::default().with_driving(driving);
+        let mut watcher = HostWatcher::<serde_json::Value>::new(api.clone(), opts)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut taken = Vec::new();
+        loop {
+            let event =
+                std::future::poll_fn(|cx| std::pin::Pin::new(&mut watcher).poll_next(cx)).await;
+            let Some(event) = event else {
+                return Ok(taken);
+            };
+            taken.push(event_label(event));
+            if taken.last().map(String::as_str) == Some("synced") {
+                put_hosts(&api, ["h3".to_string()]).await?;
+            }
+            if taken.last().map(String::as_str) == Some("up h3") {
+                watcher.closer().close();
+            }
+        }
+    })
+}
+
+/// A watcher consumed as a `Stream` yields what `next` does: the
+/// snapshot's hosts, `Synced`, a host that registers later, and, once
+/// closed, the end.
+#[test]
+fn a_watcher_streams_what_next_yields() {
+    let expected = ["up h0", "up h1", "up h2", "synced", "up h3"];
+    for driving in [Driving::Adaptive, Driving::OwnTask, Driving::InNext] {
+        match streamed(driving) {
+            Ok(taken) => assert_eq!(taken, expected, "{driving:?}"),
+            Err(e) => panic!("the run failed ({driving:?}): {e}"),
+        }
+    }
+}
+
 /// A watcher dropped with its status still held by someone: the status
 /// ends `Closed` (its loop ends and says so), not stuck at `Watching`.
 #[test]
