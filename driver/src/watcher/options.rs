@@ -148,3 +148,41 @@ impl Default for WatcherOptions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_setter_sets_its_own_option() {
+        let backoff = BackoffConfig::default().with_cap(Duration::from_secs(3));
+        let set = WatcherOptions::default()
+            .with_prefix("/fleet/")
+            .with_exclude_host("h1")
+            .with_serializable(true)
+            .with_request_timeout(Duration::from_secs(2))
+            .with_probe_interval(Duration::from_secs(4))
+            .with_backoff(backoff.clone())
+            .with_seed(9)
+            .with_buffer(7)
+            .with_retry_first_snapshot(true)
+            .with_page_size(11)
+            .with_driving(Driving::InNext);
+        assert_eq!(
+            set,
+            WatcherOptions {
+                prefix: "/fleet/".to_string(),
+                exclude_host: Some("h1".to_string()),
+                serializable: true,
+                request_timeout: Duration::from_secs(2),
+                probe_interval: Duration::from_secs(4),
+                backoff,
+                seed: Some(9),
+                buffer: 7,
+                retry_first_snapshot: true,
+                page_size: 11,
+                driving: Driving::InNext,
+            }
+        );
+    }
+}

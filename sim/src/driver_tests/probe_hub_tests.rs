@@ -13,7 +13,7 @@ use coord::{
     LeaseId, LivenessOptions, LivenessStatus, Pacing, ProbeHub, Revision,
 };
 use coord_core::io::{Listing, RangeRequest, Txn, TxnOp, TxnOpResponse, TxnResponse};
-use coord_core::probe::PROBE_KEY;
+use coord_core::probe::{ProbeConfig, PROBE_KEY};
 use coord_core::ClusterId;
 use madsim::time::Instant;
 use tokio::sync::{mpsc, watch};
@@ -293,6 +293,44 @@ async fn two_hosts_through_a_silence() -> Result<Seen, String> {
         probes_once_back,
         probes_once_dropped: (dropped, etcd.probes()),
     })
+}
+
+/// Changes nothing.
+#[derive(Clone)]
+struct PassThrough;
+
+impl coord::etcd::Intercept for PassThrough {}
+
+/// A client wrapped in an interceptor shares its hub with the handles
+/// made from it, as the client itself does: the hub passed through is
+/// the wrapped client's (its own probing pace shows it), not a fresh one;
+/// and a silence found is told to the wrapped client.
+#[test]
+fn an_intercepted_client_lends_the_wrapped_clients_hub_and_hears_of_silences() {
+    let paced = ProbeConfig::default().with_interval(Duration::from_secs(7));
+    let told = block_on_within(17, async {
+        let inner = Switchable::new();
+        let told = Arc::clone(&inner.told_silent);
+        coord::etcd::Intercepted::new(inner, PassThrough)
+            .silent()
+            .await;
+        let n = lock(&told).len();
+        n
+    });
+    assert_eq!(told, 1, "the silence was not passed through");
+    let inner = Switchable {
+        hub: Some(ProbeHub::with_config(paced.clone())),
+        ..Switchable::new()
+    };
+    let wrapped = coord::etcd::Intercepted::new(inner, PassThrough);
+    let lent = wrapped.probe_hub().map(|hub| format!("{hub:?}"));
+    let own = format!("{:?}", ProbeHub::with_config(paced));
+    assert_eq!(lent, Some(own));
+    assert_ne!(
+        lent,
+        Some(format!("{:?}", ProbeHub::new())),
+        "the paced hub's text must differ from a fresh one's"
+    );
 }
 
 #[test]
